@@ -1,0 +1,28 @@
+# The two commands: `make run` (set up, then open the app on the demo model) and
+# `make test` (set up, then run the test suite). Both install what they need.
+PY := .venv/bin/python
+STAMP := .venv/.flashchat-setup
+
+.PHONY: run test setup lint bench clean
+
+run: $(STAMP)
+	$(PY) -m engine_mlx demo
+	$(PY) -m app
+
+test: $(STAMP)
+	QT_QPA_PLATFORM=offscreen FLASHCHAT_REQUIRE_ASSETS=1 $(PY) -m pytest
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml scripts/setup.sh
+	bash scripts/setup.sh
+	touch $(STAMP)
+
+lint: $(STAMP)
+	.venv/bin/ruff check . && .venv/bin/ruff format --check .
+
+bench: $(STAMP)
+	$(PY) -m engine_mlx bench --depths 0,1024 --max-tokens 128 --json-out bench.json
+
+clean:
+	rm -rf .venv build *.egg-info

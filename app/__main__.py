@@ -1,0 +1,38 @@
+"""``python -m app [--model DIR]``: open FlashChat (the demo model by default)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import engine_mlx  # noqa: F401  (OpenBLAS before mlx)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="flashchat")
+    parser.add_argument("--model", default="", help="model folder (default: the demo model)")
+    args = parser.parse_args(argv)
+    if sys.platform.startswith("linux") and not (
+        os.environ.get("DISPLAY")
+        or os.environ.get("WAYLAND_DISPLAY")
+        or os.environ.get("QT_QPA_PLATFORM")
+    ):
+        print(
+            "No display found: run FlashChat in a desktop session, or under `xvfb-run`.",
+            file=sys.stderr,
+        )
+        return 2
+    from PySide6.QtWidgets import QApplication
+
+    from app.main_window import MainWindow
+
+    qt_app = QApplication(sys.argv[:1])
+    qt_app.setApplicationName("FlashChat")
+    window = MainWindow(args.model)
+    window.show()
+    return qt_app.exec()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,160 @@
+"""Command line: ``python -m engine_mlx generate | bench | import-gguf | demo | info``.
+
+The ``generate --json`` output is a stable contract: one JSON object per event, the last one
+``{"event": "finished", "tokens": [...], "text": ..., "stats": {...}}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from engine_mlx.backend import backend_info
+from engine_mlx.errors import EngineError
+
+
+def _add_sampling(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--temp", type=float, default=0.0, help="0 = greedy")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--min-p", type=float, default=0.0)
+    p.add_argument("--seed", type=int, default=None)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m engine_mlx", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    gen = sub.add_parser("generate", help="generate text from a prompt")
+    gen.add_argument("--model", type=Path, default=None, help="model folder (default: demo)")
+    src = gen.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompt", help="the prompt text")
+    src.add_argument(
+        "--prompt-file", type=Path, help="a text file, or a JSON list of chat messages"
+    )
+    _add_sampling(gen)
+    gen.add_argument("--mode", default="ar", choices=["ar"])
+    gen.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    gen.add_argument("--system", default=None, help="system prompt (chat only)")
+    tpl = gen.add_mutually_exclusive_group()
+    tpl.add_argument("--chat", dest="chat", action="store_true", default=None)
+    tpl.add_argument("--raw", dest="chat", action="store_false")
+    gen.add_argument("--json", action="store_true", help="one JSON object per event")
+
+    bench = sub.add_parser("bench", help="measure prefill / decode speed against mlx-lm")
+    bench.add_argument("--model", type=Path, default=None)
+    bench.add_argument("--modes", default="ar")
+    bench.add_argument("--depths", default="0,1024")
+    bench.add_argument("--max-tokens", type=int, default=128)
+    bench.add_argument("--repeats", type=int, default=3)
+    bench.add_argument("--no-baseline", action="store_true", help="skip mlx-lm")
+    bench.add_argument("--json-out", type=Path, default=None)
+
+    imp = sub.add_parser("import-gguf", help="import a .gguf into a model folder")
+    imp.add_argument("gguf", type=Path)
+    imp.add_argument("out", type=Path)
+    imp.add_argument("--dtype", default="float16", choices=["float16", "bfloat16", "float32"])
+
+    sub.add_parser("demo", help="import the demo model if needed and print its folder")
+    sub.add_parser("info", help="print the backend in use")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "generate":
+            return _generate(args)
+        if args.command == "bench":
+            from engine_mlx.bench import run_bench
+
+            return run_bench(args)
+        if args.command == "import-gguf":
+            from engine_mlx.models.gguf import import_gguf
+
+            print(import_gguf(args.gguf, args.out, dtype=args.dtype))
+            return 0
+        if args.command == "demo":
+            from engine_mlx.demo import ensure_demo_model
+
+            print(ensure_demo_model())
+            return 0
+        print(backend_info().describe())
+        return 0
+    except EngineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def resolve_model(model: Path | None) -> Path:
+    if model is not None:
+        return model
+    from engine_mlx.demo import ensure_demo_model
+
+    return ensure_demo_model()
+
+
+def read_prompt(args: argparse.Namespace) -> str | list[dict[str, str]]:
+    """Prompt text, or chat messages when --prompt-file holds a JSON list."""
+    if args.prompt is not None:
+        return args.prompt
+    try:
+        text = args.prompt_file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise EngineError(f"cannot read prompt file {args.prompt_file}: {exc}") from exc
+    if text.lstrip().startswith("["):
+        try:
+            messages = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise EngineError(f"{args.prompt_file.name} is not valid JSON: {exc}") from exc
+        return messages
+    return text
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from engine_mlx.api import encode_prompt, load_target
+    from engine_mlx.decoding.sampling import SamplingParams
+    from engine_mlx.events import Error, Finished, Tokens, event_to_json
+    from engine_mlx.session import GenerationConfig, Session
+
+    target = load_target(resolve_model(args.model))
+    ids = encode_prompt(target, read_prompt(args), chat=args.chat, system=args.system)
+    try:
+        sampling = SamplingParams(args.temp, args.top_k, args.top_p, args.min_p, args.seed)
+    except ValueError as exc:
+        raise EngineError(str(exc)) from exc
+    config = GenerationConfig(
+        max_tokens=args.max_tokens,
+        sampling=sampling,
+        stop_strings=tuple(args.stop),
+        mode=args.mode,
+    )
+    cancel = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda *_: cancel.set())
+    try:
+        for event in Session(target).generate(ids, config, cancel):
+            if args.json:
+                print(json.dumps(event_to_json(event), ensure_ascii=False), flush=True)
+            elif isinstance(event, Tokens):
+                print(event.text, end="", flush=True)
+            elif isinstance(event, Finished):
+                s = event.stats
+                print(
+                    f"\n[{event.reason}] {s.generated_tokens} tokens, decode "
+                    f"{s.decode_tps:.1f} tok/s, prefill {s.prefill_tps:.1f} tok/s, TTFT "
+                    f"{s.ttft_s * 1000:.0f} ms, tau {s.tau:.2f}, context "
+                    f"{s.context_depth}/{s.max_context}",
+                    file=sys.stderr,
+                )
+            if isinstance(event, Error):
+                if not args.json:
+                    print(f"error: {event.message}", file=sys.stderr)
+                return 2
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    return 0

@@ -1,0 +1,89 @@
+"""Logits -> next tokens: temperature, top-k, top-p, min-p, with a seeded RNG.
+
+mlx-lm's ``make_sampler`` builds a closure over the global MLX RNG; FlashChat needs the
+filtered *distribution* too (the sampled acceptance rule compares against it) and its own
+key per generation so a seed reproduces a reply whatever else runs in the process.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import mlx.core as mx
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """temperature 0 means greedy; 0 / 1.0 / 0.0 disable top-k / top-p / min-p."""
+
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError("temperature must be >= 0")
+        if self.top_k < 0:
+            raise ValueError("top-k must be >= 0")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError("top-p must be in (0, 1]")
+        if not 0.0 <= self.min_p < 1.0:
+            raise ValueError("min-p must be in [0, 1)")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+def filtered_logprobs(logits: mx.array, params: SamplingParams) -> mx.array:
+    """Log-probabilities over the last axis after temperature and the three filters;
+    removed tokens get -inf. Order as in Hugging Face: temperature, top-k, top-p, min-p."""
+    x = logits.astype(mx.float32) / max(params.temperature, 1e-6)
+    vocab = x.shape[-1]
+    if 0 < params.top_k < vocab:
+        kth = mx.sort(x, axis=-1)[..., vocab - params.top_k : vocab - params.top_k + 1]
+        x = mx.where(x < kth, -mx.inf, x)
+    logprobs = x - mx.logsumexp(x, axis=-1, keepdims=True)
+    if params.top_p < 1.0:
+        order = mx.argsort(-logprobs, axis=-1)
+        sorted_lp = mx.take_along_axis(logprobs, order, axis=-1)
+        mass_before = mx.cumsum(mx.exp(sorted_lp), axis=-1) - mx.exp(sorted_lp)
+        keep_sorted = mass_before < params.top_p  # the first token is always kept
+        keep = mx.put_along_axis(mx.zeros_like(keep_sorted), order, keep_sorted, axis=-1)
+        logprobs = mx.where(keep, logprobs, -mx.inf)
+    if params.min_p > 0.0:
+        top = mx.max(logprobs, axis=-1, keepdims=True)
+        logprobs = mx.where(logprobs < top + mx.log(params.min_p), -mx.inf, logprobs)
+    return logprobs - mx.logsumexp(logprobs, axis=-1, keepdims=True)
+
+
+def probabilities(logits: mx.array, params: SamplingParams) -> mx.array:
+    """The distribution tokens are drawn from (one-hot argmax when greedy)."""
+    if params.greedy:
+        top = mx.argmax(logits, axis=-1, keepdims=True)
+        idx = mx.arange(logits.shape[-1])
+        return (idx == top).astype(mx.float32)
+    return mx.exp(filtered_logprobs(logits, params))
+
+
+class Sampler:
+    """Draws tokens with its own key stream: one seed -> one reproducible sequence."""
+
+    def __init__(self, params: SamplingParams) -> None:
+        self.params = params
+        seed = params.seed if params.seed is not None else int.from_bytes(os.urandom(4), "little")
+        self.seed = seed
+        self._key = mx.random.key(seed)
+
+    def next_key(self) -> mx.array:
+        self._key, sub = mx.random.split(self._key)
+        return sub
+
+    def sample(self, logits: mx.array) -> mx.array:
+        """``logits`` [..., vocab] -> token ids [...] (lazy: no evaluation happens here)."""
+        if self.params.greedy:
+            return mx.argmax(logits, axis=-1)
+        return mx.random.categorical(filtered_logprobs(logits, self.params), key=self.next_key())

@@ -1,0 +1,312 @@
+"""Import a llama.cpp GGUF file into a Hugging Face-layout model folder.
+
+Why a folder and not "load the GGUF directly": ``mlx_lm.load`` (and every transformers-style
+tool) wants ``config.json`` + ``model*.safetensors`` + ``tokenizer.json``.  GGUF keeps the same
+information in its own vocabulary (llama.cpp tensor names, Q/K rows permuted for llama.cpp's
+RoPE, the tokenizer as flat metadata arrays), so we translate it once, dequantized to a plain
+float dtype, and from then on the folder loads like any other model.
+
+This module owns the folder: the import is atomic (written into a hidden sibling folder,
+renamed into place when complete) and idempotent (a marker file records which GGUF and settings
+produced the folder).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+
+from engine_mlx.errors import GGUFImportError
+from engine_mlx.models.gguf.llama import LlamaSpec, hf_config, llama_spec, tensor_plan, unpermute_qk
+from engine_mlx.models.gguf.reader import GGUFFile, load_mx_native, read_gguf, take_dequantized
+from engine_mlx.models.gguf.tokenizer import tokenizer_files
+
+MARKER_NAME = "flashchat_import.json"
+"""Written last into a finished import; a folder without it is never taken for finished."""
+
+FORMAT_VERSION = 1
+"""Bump when the folder layout changes, so older imports are redone rather than trusted."""
+
+SUPPORTED_DTYPES: dict[str, mx.Dtype] = {
+    "float16": mx.float16,
+    "bfloat16": mx.bfloat16,
+    "float32": mx.float32,
+}
+
+_SHARD_BYTES = 4 * 1024**3
+"""Weights above this size are split into several safetensors files (HF's sharded layout), so
+that no single tensor batch has to be held in memory at once and files stay copyable."""
+
+# Files an import writes; a marker-less out_dir made only of these is a half-finished import
+# we may replace.  Anything else in it means it is somebody's folder, which we never delete.
+_OUTPUT_FILES = frozenset(
+    {
+        MARKER_NAME,
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+        "model.safetensors.index.json",
+        "special_tokens_map.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    }
+)
+
+
+def import_gguf(
+    gguf_path: str | Path,
+    out_dir: str | Path,
+    *,
+    dtype: str = "float16",
+    progress: Callable[[int, int], None] | None = None,
+) -> Path:
+    """Convert ``gguf_path`` into a HF-layout folder at ``out_dir`` and return ``out_dir``.
+
+    Returns at once when ``out_dir`` already holds a finished import of the same file (same
+    name, size and mtime) with the same ``dtype``.  Every failure a person can act on (missing,
+    truncated, not GGUF, unsupported architecture/tensor type/tokenizer, missing metadata or
+    tensors, unwritable destination) raises :class:`GGUFImportError` naming the file.
+    ``progress(done, total)`` is called after each weight tensor, for a UI progress bar.
+    """
+    src = Path(gguf_path)
+    out = Path(out_dir)
+    target = _target_dtype(dtype, src)
+    stat = _stat_source(src)
+    if is_imported(out, src, dtype):
+        return out
+
+    gguf = read_gguf(src)
+    spec = llama_spec(gguf)
+    tok_files = tokenizer_files(  # built before the heavy work: fail fast
+        gguf, vocab_size=spec.vocab_size, context_length=spec.context_length
+    )
+    config = hf_config(spec, dtype, tok_files["generation_config.json"])
+
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale_work_dirs(out)
+        if out.exists() or out.is_symlink():
+            _check_replaceable(out, src)
+        tmp = out.parent / f".{out.name}.importing-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        tmp.mkdir()
+    except OSError as exc:
+        raise GGUFImportError(f"Cannot import {src.name}: cannot create {out}: {exc}") from exc
+
+    try:
+        _write_json(tmp / "config.json", config)
+        for name, content in tok_files.items():
+            if isinstance(content, str):
+                (tmp / name).write_text(content, encoding="utf-8")
+            else:
+                _write_json(tmp / name, content)
+        weight_files = _write_weights(gguf, spec, tmp, target, progress)
+        marker = _marker(src, stat, dtype)
+        marker["files"] = sorted([*weight_files, "config.json", *tok_files])
+        _write_json(tmp / MARKER_NAME, marker)  # last: its presence means "complete"
+        _move_into_place(tmp, out)
+    except OSError as exc:
+        raise GGUFImportError(f"Cannot import {src.name}: writing {out} failed: {exc}") from exc
+    except MemoryError:
+        raise GGUFImportError(
+            f"Cannot import {src.name}: not enough memory to convert it as {dtype}"
+        ) from None
+    except (RuntimeError, ValueError) as exc:  # mlx/numpy choking on data the header allowed
+        raise GGUFImportError(
+            f"Cannot import {src.name}: converting tensors failed: {exc}"
+        ) from exc
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def is_imported(out_dir: str | Path, gguf_path: str | Path, dtype: str = "float16") -> bool:
+    """True when ``out_dir`` is a finished import of this very GGUF file at ``dtype``.
+
+    "This very file" means same name, size and modification time: cheap to check and enough
+    to notice that the user replaced the GGUF.  Never raises.
+    """
+    out = Path(out_dir)
+    try:
+        stat = Path(gguf_path).stat()
+        marker = json.loads((out / MARKER_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    if not isinstance(marker, dict):
+        return False
+    expected = _marker(Path(gguf_path), stat, dtype)
+    if any(marker.get(key) != value for key, value in expected.items()):
+        return False
+    files = marker.get("files")
+    if not isinstance(files, list) or not files:
+        return False
+    return all(isinstance(f, str) and (out / f).is_file() for f in files)
+
+
+# --------------------------------------------------------------------------------------------
+# Inputs
+# --------------------------------------------------------------------------------------------
+
+
+def _target_dtype(dtype: str, src: Path) -> mx.Dtype:
+    try:
+        return SUPPORTED_DTYPES[dtype]
+    except (KeyError, TypeError):
+        raise GGUFImportError(
+            f"Cannot import {src.name} as dtype {dtype!r}: choose one of "
+            f"{', '.join(SUPPORTED_DTYPES)}"
+        ) from None
+
+
+def _stat_source(src: Path) -> os.stat_result:
+    try:
+        stat = src.stat()
+    except FileNotFoundError:
+        raise GGUFImportError(f"GGUF file not found: {src}") from None
+    except OSError as exc:
+        raise GGUFImportError(f"Cannot read GGUF file {src}: {exc}") from exc
+    if not src.is_file():
+        raise GGUFImportError(f"{src.name} is not a file: {src}")
+    return stat
+
+
+# --------------------------------------------------------------------------------------------
+# Weights
+# --------------------------------------------------------------------------------------------
+
+
+def _write_weights(
+    g: GGUFFile,
+    spec: LlamaSpec,
+    folder: Path,
+    dtype: mx.Dtype,
+    progress: Callable[[int, int], None] | None,
+) -> list[str]:
+    """Dequantize, rename and un-permute every tensor; write (possibly sharded) safetensors."""
+    plan = list(tensor_plan(spec))
+    itemsize = dtype.size
+    sizes = [math.prod(shape) * itemsize for _g, _h, shape, _n in plan]
+    total = sum(sizes)
+    shards: list[list[int]] = [[]]
+    used = 0
+    for i, nbytes in enumerate(sizes):
+        if shards[-1] and used + nbytes > _SHARD_BYTES:
+            shards.append([])
+            used = 0
+        shards[-1].append(i)
+        used += nbytes
+    names = (
+        ["model.safetensors"]
+        if len(shards) == 1
+        else [f"model-{k + 1:05d}-of-{len(shards):05d}.safetensors" for k in range(len(shards))]
+    )
+
+    loaded = load_mx_native(g)
+    weight_map: dict[str, str] = {}
+    done = 0
+    for shard, file_name in zip(shards, names, strict=True):
+        arrays: dict[str, mx.array] = {}
+        for i in shard:
+            gname, hf_name, _shape, heads = plan[i]
+            w = take_dequantized(g, loaded, g.tensors[gname])
+            if heads:
+                w = unpermute_qk(w, heads)
+            w = w.astype(dtype)
+            mx.eval(w)
+            arrays[hf_name] = w
+            weight_map[hf_name] = file_name
+            done += 1
+            if progress is not None:
+                progress(done, len(plan))
+        mx.save_safetensors(str(folder / file_name), arrays, metadata={"format": "pt"})
+        del arrays
+    if len(names) > 1:
+        index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+        _write_json(folder / "model.safetensors.index.json", index)
+        return [*names, "model.safetensors.index.json"]
+    return names
+
+
+# --------------------------------------------------------------------------------------------
+# Files: marker, atomic replacement, leftovers
+# --------------------------------------------------------------------------------------------
+
+
+def _marker(src: Path, stat: os.stat_result, dtype: str) -> dict[str, Any]:
+    return {
+        "format_version": FORMAT_VERSION,
+        "source_name": src.name,
+        "source_size": stat.st_size,
+        "source_mtime_ns": stat.st_mtime_ns,
+        "dtype": dtype,
+    }
+
+
+def _write_json(path: Path, data: Any) -> None:
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def _check_replaceable(out: Path, src: Path) -> None:
+    """Refuse to delete a destination that is not (a leftover of) one of our imports."""
+    if out.is_symlink() or not out.is_dir():
+        raise GGUFImportError(f"Cannot import {src.name}: {out} exists and is not a folder")
+    if (out / MARKER_NAME).exists():
+        return  # an earlier import of something else (or another dtype): ours to replace
+    strangers = [
+        p.name
+        for p in out.iterdir()
+        if p.name not in _OUTPUT_FILES
+        and not (p.name.startswith("model-") and p.name.endswith(".safetensors"))
+    ]
+    if strangers:
+        raise GGUFImportError(
+            f"Cannot import {src.name}: {out} already exists and holds other files "
+            f"({', '.join(sorted(strangers)[:3])}); choose an empty or new folder"
+        )
+
+
+def _move_into_place(tmp: Path, out: Path) -> None:
+    """Rename the finished folder to ``out``; an older folder there is moved aside first."""
+    if out.exists() or out.is_symlink():
+        old = out.parent / f".{out.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        os.replace(out, old)
+        try:
+            os.replace(tmp, out)
+        except OSError:
+            os.replace(old, out)  # put the previous import back rather than leave nothing
+            raise
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, out)
+
+
+def _remove_stale_work_dirs(out: Path) -> None:
+    """Delete work folders left by imports that were killed (their process is gone)."""
+    if os.name != "posix":
+        return
+    for prefix in (f".{out.name}.importing-", f".{out.name}.old-"):
+        for path in out.parent.glob(prefix + "*"):
+            pid_text = path.name[len(prefix) :].split("-", 1)[0]
+            if not pid_text.isdigit() or not path.is_dir():
+                continue
+            pid = int(pid_text)
+            if pid != os.getpid() and not _pid_alive(pid):
+                shutil.rmtree(path, ignore_errors=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True

@@ -1,0 +1,211 @@
+"""The target model: an mlx-lm model driven layer by layer.
+
+mlx-lm's ``Model.__call__`` derives positions from the cache offset and builds a causal mask
+itself. Speculative verification needs more: explicit per-token positions (tree nodes share a
+depth), an explicit attention mask (ancestor-only), and the hidden states of chosen layers
+(drafter context). So we reuse mlx-lm's modules and weights unchanged and write only the
+short outer loop. Positions reach the rotary embedding through ``PositionedRoPE``, which wraps
+each attention's ``rope`` and, when positions are set, rotates every token by its own
+position (MLX's ``fast.rope`` takes per-batch offsets, so tokens go on the batch axis).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx_lm.models.base import create_attention_mask, create_ssm_mask
+from mlx_lm.models.cache import ArraysCache, KVCache, make_prompt_cache
+
+from engine_mlx.backend import compute_dtype
+from engine_mlx.errors import ModelLoadError
+from engine_mlx.models.loading import ModelSpec, validate_model_folder
+
+
+class _PositionContext:
+    """Shared by all PositionedRoPE wrappers of one model (not a module, not a parameter)."""
+
+    def __init__(self) -> None:
+        self.positions: mx.array | None = None
+
+
+class PositionedRoPE(nn.Module):
+    """Wraps an mlx-lm RoPE: plain offset when no positions are set, per-token otherwise."""
+
+    def __init__(self, inner: nn.Module, context: _PositionContext) -> None:
+        super().__init__()
+        self.inner = inner
+        self._context = context
+
+    def __call__(self, x: mx.array, offset: int | mx.array = 0) -> mx.array:
+        positions = self._context.positions
+        if positions is None:
+            return self.inner(x, offset=offset)
+        # x: [1, heads, L, D] -> [L, heads, 1, D]: one batch entry (one offset) per token.
+        rotated = self.inner(x.transpose(2, 1, 0, 3), offset=positions)
+        return rotated.transpose(2, 1, 0, 3)
+
+
+@dataclass
+class ForwardOutput:
+    logits: mx.array  # [1, L, vocab]
+    features: list[mx.array] = field(default_factory=list)  # [1, L, hidden] per captured id
+
+
+@dataclass(frozen=True)
+class CacheSnapshot:
+    """Enough of a cache to roll it back: KV offsets and recurrent-state references."""
+
+    entries: tuple[Any, ...]
+
+
+class TargetModel:
+    """A loaded target: weights, tokenizer, and the layer-by-layer forward."""
+
+    def __init__(self, model: nn.Module, tokenizer: Any, spec: ModelSpec) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.spec = spec
+        self.inner = model.model
+        self.layers = list(model.layers)
+        owner = getattr(model, "language_model", model)
+        self._tied = bool(getattr(owner.args, "tie_word_embeddings", False))
+        self._head = None if self._tied else owner.lm_head
+        self._positions = _PositionContext()
+        for layer in self.layers:
+            attn = getattr(layer, "self_attn", None)
+            if attn is not None and not isinstance(attn.rope, PositionedRoPE):
+                attn.rope = PositionedRoPE(attn.rope, self._positions)
+        self.is_hybrid = any(getattr(layer, "is_linear", False) for layer in self.layers)
+        self.dtype = self.inner.embed_tokens.weight.dtype
+
+    # ----------------------------------------------------------------- loading
+    @classmethod
+    def load(cls, path: str | Path, dtype: mx.Dtype | None = None) -> TargetModel:
+        """Validate the folder, load with mlx-lm, cast to the backend's compute dtype."""
+        from mlx_lm.utils import load_model, load_tokenizer
+
+        spec = validate_model_folder(path)
+        try:
+            model, config = load_model(spec.path, lazy=True)
+            tokenizer = load_tokenizer(spec.path, eos_token_ids=config.get("eos_token_id"))
+        except (ValueError, KeyError, TypeError, OSError, RuntimeError) as exc:
+            raise ModelLoadError(f"{spec.name}: mlx-lm could not load it: {exc}") from exc
+        target_dtype = dtype if dtype is not None else compute_dtype(_fp32_bytes(model))
+        if target_dtype is not None:
+            model.set_dtype(target_dtype)
+        mx.eval(model.parameters())
+        model.eval()
+        return cls(model, tokenizer, spec)
+
+    # ----------------------------------------------------------------- forward
+    def make_cache(self) -> list[Any]:
+        return make_prompt_cache(self.model)
+
+    def embed(self, tokens: mx.array) -> mx.array:
+        return self.inner.embed_tokens(tokens)
+
+    def head(self, hidden: mx.array) -> mx.array:
+        """Final norm already applied -> logits."""
+        if self._tied:
+            return self.inner.embed_tokens.as_linear(hidden)
+        return self._head(hidden)
+
+    def forward(
+        self,
+        tokens: mx.array,
+        cache: list[Any],
+        *,
+        positions: mx.array | None = None,
+        mask: mx.array | None = None,
+        capture: tuple[int, ...] | list[int] = (),
+        last_only: bool = False,
+    ) -> ForwardOutput:
+        """One forward over ``tokens`` ([L] or [1, L]) appended to ``cache``.
+
+        ``positions`` ([L] int) overrides the cache-derived positions; ``mask`` (bool
+        [L, cache_len + L], True = may attend) overrides the causal mask of attention
+        layers. ``capture`` lists layer ids whose outputs are returned (after the layer,
+        as HF ``hidden_states[lid + 1]``). ``last_only`` computes logits for the last
+        token only (prefill).
+        """
+        inputs = tokens[None] if tokens.ndim == 1 else tokens
+        h = self.embed(inputs)
+        if mask is not None and self.is_hybrid and positions is None:
+            raise ValueError("an explicit mask needs explicit positions")
+        attn_mask = mask if mask is not None else self._causal_mask(h, cache)
+        ssm_mask = create_ssm_mask(h, self._first(cache, ArraysCache)) if self.is_hybrid else None
+        wanted = set(capture)
+        captured: dict[int, mx.array] = {}
+        self._positions.positions = None if positions is None else positions.astype(mx.int32)
+        try:
+            for lid, (layer, layer_cache) in enumerate(zip(self.layers, cache, strict=True)):
+                layer_mask = ssm_mask if getattr(layer, "is_linear", False) else attn_mask
+                h = layer(h, layer_mask, layer_cache)
+                if lid in wanted:
+                    captured[lid] = h
+        finally:
+            self._positions.positions = None
+        if last_only:
+            h = h[:, -1:]
+        logits = self.head(self.inner.norm(h))
+        return ForwardOutput(logits=logits, features=[captured[i] for i in capture])
+
+    def _causal_mask(self, h: mx.array, cache: list[Any]) -> Any:
+        return create_attention_mask(h, self._first(cache, KVCache))
+
+    @staticmethod
+    def _first(cache: list[Any], kind: type) -> Any:
+        return next((c for c in cache if isinstance(c, kind)), None)
+
+    # ------------------------------------------------------------------ caches
+    def cache_length(self, cache: list[Any]) -> int:
+        """Tokens in the cache (the context depth)."""
+        kv = self._first(cache, KVCache)
+        return int(kv.offset) if kv is not None else 0
+
+    def can_trim(self, cache: list[Any]) -> bool:
+        return all(c.is_trimmable() for c in cache)
+
+    def trim(self, cache: list[Any], n: int) -> None:
+        """Drop the last ``n`` tokens; hybrid caches must use snapshot/restore instead."""
+        if n <= 0:
+            return
+        if not self.can_trim(cache):
+            raise ValueError("this cache holds recurrent state: use snapshot()/restore()")
+        for c in cache:
+            c.trim(n)
+
+    def snapshot(self, cache: list[Any]) -> CacheSnapshot:
+        """Cheap: KV layers keep their offset (rows below it are never overwritten by
+        appends); recurrent layers keep references to their immutable state arrays."""
+        entries: list[Any] = []
+        for c in cache:
+            if isinstance(c, KVCache):
+                entries.append(c.offset)
+            elif isinstance(c, ArraysCache):
+                entries.append((list(c.cache), c.lengths))
+            else:
+                raise TypeError(f"cannot snapshot a {type(c).__name__}")
+        return CacheSnapshot(tuple(entries))
+
+    def restore(self, cache: list[Any], snap: CacheSnapshot) -> None:
+        """Roll ``cache`` back to ``snap`` (taken on the same cache, before later appends)."""
+        for c, entry in zip(cache, snap.entries, strict=True):
+            if isinstance(c, KVCache):
+                if entry > c.offset:
+                    raise ValueError("snapshot is newer than the cache")
+                c.offset = entry
+            else:
+                state, lengths = entry
+                c.cache = list(state)
+                c.lengths = lengths
+
+
+def _fp32_bytes(model: nn.Module) -> int:
+    from mlx.utils import tree_flatten
+
+    return sum(v.size * 4 for _, v in tree_flatten(model.parameters()))

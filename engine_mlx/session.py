@@ -1,0 +1,151 @@
+"""The decode loop: prompt ids in, events out. Owns the cache; cancellable at any step.
+
+Runs on whatever thread calls it (the app puts it on a worker thread); ``cancel`` is a
+``threading.Event`` checked between prefill chunks and between steps, the points where no
+MLX work is in flight that would leave the cache half-updated.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
+
+import mlx.core as mx
+
+from engine_mlx.backend import backend_info
+from engine_mlx.chat import IncrementalDetokenizer, StopStringFilter
+from engine_mlx.decoding.sampling import Sampler, SamplingParams
+from engine_mlx.decoding.strategies import Autoregressive, Strategy
+from engine_mlx.errors import ContextOverflowError, EngineError
+from engine_mlx.events import Error, Event, Finished, PrefillProgress, Started, Tokens
+from engine_mlx.models.target import TargetModel
+from engine_mlx.stats import StatsTracker
+
+MODES = ("ar",)
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    max_tokens: int = 512
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    stop_strings: tuple[str, ...] = ()
+    mode: str = "ar"
+    prefill_chunk: int = 512
+    ignore_eos: bool = False  # benchmarks: always generate max_tokens
+
+
+class Session:
+    """One target, one generation at a time."""
+
+    def __init__(self, target: TargetModel) -> None:
+        self.target = target
+        self._eos = set(getattr(target.tokenizer, "eos_token_ids", None) or ())
+
+    @property
+    def max_context(self) -> int:
+        return self.target.spec.max_context
+
+    def check_fits(self, prompt_len: int) -> None:
+        if prompt_len == 0:
+            raise EngineError("The prompt is empty.")
+        if prompt_len >= self.max_context:
+            raise ContextOverflowError(
+                f"The prompt is {prompt_len:,} tokens but {self.target.spec.name} holds "
+                f"{self.max_context:,}; shorten it or start a new conversation."
+            )
+
+    def generate(
+        self,
+        prompt_ids: Sequence[int],
+        config: GenerationConfig | None = None,
+        cancel: threading.Event | None = None,
+    ) -> Iterator[Event]:
+        """Yields Started, PrefillProgress*, Tokens*, then Finished (or one Error)."""
+        config = config or GenerationConfig()
+        cancel = cancel or threading.Event()
+        try:
+            self.check_fits(len(prompt_ids))
+            if config.mode not in MODES:
+                raise EngineError(
+                    f"Mode '{config.mode}' is not available (available: {', '.join(MODES)})."
+                )
+            if config.max_tokens < 1:
+                raise EngineError("max tokens must be at least 1.")
+            sampler = Sampler(config.sampling)
+        except (EngineError, ValueError) as exc:
+            yield Error(str(exc))
+            return
+        yield from self._run(list(prompt_ids), config, cancel, sampler)
+
+    def _run(
+        self,
+        prompt: list[int],
+        config: GenerationConfig,
+        cancel: threading.Event,
+        sampler: Sampler,
+    ) -> Iterator[Event]:
+        target = self.target
+        stats = StatsTracker(len(prompt), self.max_context)
+        eos = set() if config.ignore_eos else self._eos
+        yield Started(config.mode, len(prompt), self.max_context, backend_info().describe())
+        cache = target.make_cache()
+        detok = IncrementalDetokenizer(target.tokenizer)
+        stops = StopStringFilter(config.stop_strings)
+        text_parts: list[str] = []
+        tokens: list[int] = []
+
+        def finish(reason: str) -> Finished:
+            tail = stops.feed(detok.flush()) + stops.flush() if reason != "stop_string" else ""
+            text_parts.append(tail)
+            return Finished(reason, "".join(text_parts), tuple(tokens), stats.summary())
+
+        logits = None
+        for start in range(0, len(prompt), config.prefill_chunk):
+            if cancel.is_set():
+                yield finish("cancelled")
+                return
+            chunk = mx.array(prompt[start : start + config.prefill_chunk])
+            logits = target.forward(chunk, cache, last_only=True).logits
+            mx.eval(logits)
+            yield PrefillProgress(min(start + config.prefill_chunk, len(prompt)), len(prompt))
+        stats.prefill_done()
+        strategy: Strategy = Autoregressive(target, cache, sampler)
+        strategy.begin(sampler.sample(logits[0, -1]))
+        depth = len(prompt)
+        reason = "max_tokens"
+        while True:
+            if cancel.is_set():
+                reason = "cancelled"
+                break
+            remaining = config.max_tokens - len(tokens)
+            room = self.max_context - depth
+            t_step = time.perf_counter()
+            outcome = strategy.step(schedule_next=min(remaining, room) > 1)
+            step_stats = replace(outcome.stats, seconds=time.perf_counter() - t_step)
+            new = outcome.tokens[: min(remaining, room)]
+            hit_eos = next((i for i, t in enumerate(new) if t in eos), None)
+            if hit_eos is not None:
+                new = new[:hit_eos]
+            tokens.extend(new)
+            depth += len(new)
+            live = stats.record(step_stats, depth)
+            text = stops.feed(detok.add(new)) if new else ""
+            text_parts.append(text)
+            yield Tokens(
+                text, tuple(new), tuple(outcome.from_draft[: len(new)]), step_stats, live, depth
+            )
+            if hit_eos is not None:
+                reason = "eos"
+                break
+            if stops.stopped:
+                reason = "stop_string"
+                break
+            if len(tokens) >= config.max_tokens:
+                reason = "max_tokens"
+                break
+            if depth >= self.max_context:
+                reason = "context_full"
+                break
+        yield finish(reason)

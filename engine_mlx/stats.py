@@ -1,0 +1,135 @@
+"""Statistics, defined once for the app, the CLI, the bench and the tests.
+
+- step: one target verification forward (the prefill forward that yields the first token
+  counts as the first step).
+- tau: tokens committed per step, bonus token included (plain decoding: 1.0).
+- acceptance rate: accepted draft tokens / draft tokens tested, where tested counts the draft
+  positions on the path the verifier walked, up to and including the first rejection.
+  Undefined (None) when nothing was drafted.
+- decode tok/s: tokens after the first / seconds since the first token.
+- live tok/s: tokens committed in the last ``window_s`` seconds / the span they cover.
+- prefill tok/s: prompt tokens / prefill seconds; TTFT: start to first token.
+- context depth: tokens in the target's cache that belong to the conversation.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class StepStats:
+    mode: str
+    committed: int
+    drafted: int = 0
+    tested: int = 0
+    accepted: int = 0
+    width: int = 0
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class GenerationStats:
+    prompt_tokens: int
+    generated_tokens: int
+    steps: int
+    tau: float
+    acceptance_rate: float | None
+    decode_tps: float
+    prefill_tps: float
+    ttft_s: float
+    total_s: float
+    context_depth: int
+    max_context: int
+    drafted: int
+    tested: int
+    accepted: int
+    modes: dict[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class LiveRate:
+    """Tokens per second over a sliding time window: bursty multi-token commits would make a
+    per-chunk rate spike, a window does not."""
+
+    def __init__(self, window_s: float = 1.5) -> None:
+        self.window_s = window_s
+        self._events: deque[tuple[float, int]] = deque()
+
+    def add(self, n: int, now: float) -> float:
+        self._events.append((now, n))
+        while len(self._events) > 2 and now - self._events[1][0] > self.window_s:
+            self._events.popleft()
+        return self.rate()
+
+    def rate(self) -> float:
+        if len(self._events) < 2:
+            return 0.0
+        span = self._events[-1][0] - self._events[0][0]
+        tokens = sum(n for _, n in list(self._events)[1:])
+        return tokens / span if span > 0 else 0.0
+
+
+class StatsTracker:
+    """Accumulates the numbers above during one generation."""
+
+    def __init__(self, prompt_tokens: int, max_context: int, clock=time.perf_counter) -> None:
+        self.clock = clock
+        self.prompt_tokens = prompt_tokens
+        self.max_context = max_context
+        self.t_start = clock()
+        self.t_prefill_done: float | None = None
+        self.t_first: float | None = None
+        self.t_last: float | None = None
+        self.tokens = 0
+        self.steps = 0
+        self.drafted = self.tested = self.accepted = 0
+        self.modes: dict[str, int] = {}
+        self.context_depth = prompt_tokens
+        self.live = LiveRate()
+
+    def prefill_done(self) -> None:
+        self.t_prefill_done = self.clock()
+
+    def record(self, step: StepStats, context_depth: int) -> float:
+        """Add one step; returns the live rate."""
+        now = self.clock()
+        if self.t_first is None:
+            self.t_first = now
+        self.t_last = now
+        self.tokens += step.committed
+        self.steps += 1
+        self.drafted += step.drafted
+        self.tested += step.tested
+        self.accepted += step.accepted
+        self.modes[step.mode] = self.modes.get(step.mode, 0) + 1
+        self.context_depth = context_depth
+        return self.live.add(step.committed, now)
+
+    def summary(self) -> GenerationStats:
+        end = self.t_last if self.t_last is not None else self.clock()
+        first = self.t_first
+        decode_s = (end - first) if first is not None else 0.0
+        prefill_s = (self.t_prefill_done or end) - self.t_start
+        return GenerationStats(
+            prompt_tokens=self.prompt_tokens,
+            generated_tokens=self.tokens,
+            steps=self.steps,
+            tau=self.tokens / self.steps if self.steps else 0.0,
+            acceptance_rate=self.accepted / self.tested if self.tested else None,
+            decode_tps=(self.tokens - 1) / decode_s if decode_s > 0 and self.tokens > 1 else 0.0,
+            prefill_tps=self.prompt_tokens / prefill_s if prefill_s > 0 else 0.0,
+            ttft_s=(first - self.t_start) if first is not None else 0.0,
+            total_s=self.clock() - self.t_start,
+            context_depth=self.context_depth,
+            max_context=self.max_context,
+            drafted=self.drafted,
+            tested=self.tested,
+            accepted=self.accepted,
+            modes=dict(self.modes),
+        )

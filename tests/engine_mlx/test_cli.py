@@ -1,0 +1,138 @@
+"""The CLI contract: ``generate --json`` events, errors with exit code 2, and bench output."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _cli(*args: str, timeout: int = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "engine_mlx", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env={**os.environ, "TOKENIZERS_PARALLELISM": "false"},
+    )
+
+
+def test_generate_json_contract(tiny_model_dir, tiny_target):
+    model = tiny_model_dir("qwen3")
+    proc = _cli(
+        "generate", "--model", str(model), "--prompt", "Hello", "--max-tokens", "6", "--json"
+    )
+    assert proc.returncode == 0, proc.stderr
+    events = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert events[0]["event"] == "started"
+    assert {e["event"] for e in events[1:-1]} <= {"prefill_progress", "tokens"}
+    last = events[-1]
+    assert last["event"] == "finished"
+    assert set(last["stats"]) >= {
+        "decode_tps",
+        "prefill_tps",
+        "ttft_s",
+        "tau",
+        "acceptance_rate",
+        "steps",
+        "context_depth",
+        "modes",
+    }
+    assert last["stats"]["modes"] == {"ar": last["stats"]["steps"]}
+    streamed = [t for e in events if e["event"] == "tokens" for t in e["token_ids"]]
+    assert last["tokens"] == streamed and 0 < len(streamed) <= 6
+    # The same greedy tokens as the engine in-process, chat template applied by default.
+    from engine_mlx.api import encode_prompt
+    from engine_mlx.session import GenerationConfig, Session
+
+    target = tiny_target("qwen3")
+    ids = encode_prompt(target, "Hello")
+    assert last["stats"]["context_depth"] == len(ids) + len(streamed)
+    expected = list(Session(target).generate(ids, GenerationConfig(max_tokens=6)))[-1]
+    assert last["tokens"] == list(expected.tokens)
+
+
+def test_generate_plain_text_and_prompt_file(tiny_model_dir, tmp_path):
+    messages = tmp_path / "chat.json"
+    messages.write_text(json.dumps([{"role": "user", "content": "Hi"}]))
+    proc = _cli(
+        "generate",
+        "--model",
+        str(tiny_model_dir("llama")),
+        "--prompt-file",
+        str(messages),
+        "--max-tokens",
+        "4",
+        "--temp",
+        "0.8",
+        "--seed",
+        "3",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "tok/s" in proc.stderr and "tau 1.00" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("breakage", "message"),
+    [
+        ("config", "config.json is missing"),
+        ("weights", "model.safetensors is truncated"),
+        ("arch", "unknown architecture"),
+    ],
+)
+def test_generate_bad_model_folder(tiny_model_dir, tmp_path, breakage, message):
+    import shutil
+
+    model = tmp_path / "broken"
+    shutil.copytree(tiny_model_dir("llama"), model)
+    if breakage == "config":
+        (model / "config.json").unlink()
+    elif breakage == "weights":
+        w = model / "model.safetensors"
+        w.write_bytes(w.read_bytes()[:1000])
+    else:
+        cfg = json.loads((model / "config.json").read_text())
+        cfg["model_type"] = "nonesuch"
+        (model / "config.json").write_text(json.dumps(cfg))
+    proc = _cli("generate", "--model", str(model), "--prompt", "x")
+    assert proc.returncode == 2
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_generate_prompt_too_long(tiny_model_dir):
+    proc = _cli(
+        "generate", "--model", str(tiny_model_dir("llama")), "--raw", "--prompt", "fox " * 700
+    )
+    assert proc.returncode == 2
+    assert "holds 512" in proc.stderr
+
+
+def test_bench_writes_json(tiny_model_dir, tmp_path):
+    out = tmp_path / "bench.json"
+    proc = _cli(
+        "bench",
+        "--model",
+        str(tiny_model_dir("llama")),
+        "--depths",
+        "0,64",
+        "--max-tokens",
+        "8",
+        "--repeats",
+        "1",
+        "--json-out",
+        str(out),
+    )
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out.read_text())
+    cells = {(r["impl"], r["depth"]) for r in report["results"]}
+    assert cells == {("flashchat", 0), ("mlx-lm", 0), ("flashchat", 64), ("mlx-lm", 64)}
+    assert all(r["tokens"] == 8 and r["decode_tps"] > 0 for r in report["results"])
+    assert [r["depth"] for r in report["ratios"]] == [0, 64]
+    assert "vs mlx-lm" in proc.stdout
