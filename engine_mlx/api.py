@@ -5,7 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from engine_mlx.chat import ChatFormatter
+from engine_mlx.decoding.dflash_drafter import DFlashDrafter
 from engine_mlx.errors import ChatTemplateError
+from engine_mlx.models.dflash import (
+    DFlashConfig,
+    DFlashModel,
+    default_target_layer_ids,
+    load_dflash,
+    save_dflash,
+)
+from engine_mlx.models.loading import text_config
 from engine_mlx.models.target import TargetModel
 
 Prompt = str | list[dict[str, str]]
@@ -14,6 +23,59 @@ Prompt = str | list[dict[str, str]]
 def load_target(path: str | Path) -> TargetModel:
     """Validate and load a model folder (raises ModelLoadError with a readable message)."""
     return TargetModel.load(path)
+
+
+def load_drafter(path: str | Path, target: TargetModel) -> DFlashDrafter:
+    """Load a DFlash / DFlash2 drafter and bind it to ``target`` (refused if it does not fit)."""
+    return DFlashDrafter(load_dflash(path), target)
+
+
+def init_drafter(
+    target_path: str | Path,
+    out: str | Path,
+    *,
+    layers: int = 2,
+    block: int = 8,
+    conv: int = 4,
+    seed: int = 0,
+) -> Path:
+    """A randomly initialised DFlash2 drafter sized for the target: the starting point of
+    training, and a stand-in for measuring costs before a trained drafter exists."""
+    import mlx.core as mx
+
+    target = load_target(target_path)
+    spec = target.spec
+    tc = text_config(spec.config)
+    heads = int(tc["num_attention_heads"])
+    config = DFlashConfig(
+        hidden_size=spec.hidden_size,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=int(tc.get("num_key_value_heads") or heads),
+        head_dim=int(tc.get("head_dim") or spec.hidden_size // heads),
+        intermediate_size=int(tc["intermediate_size"]),
+        vocab_size=spec.vocab_size,
+        num_target_layers=spec.num_layers,
+        target_layer_ids=tuple(default_target_layer_ids(spec.num_layers, layers)),
+        block_size=block,
+        mask_token_id=resolve_mask_token_for(target),
+        rms_norm_eps=float(tc.get("rms_norm_eps", 1e-6)),
+        rope_theta=float(tc.get("rope_theta", 10000.0)),
+        max_position_embeddings=spec.max_context,
+        local_conv_kernel=conv,
+    )
+    mx.random.seed(seed)
+    return save_dflash(DFlashModel(config), out)
+
+
+def resolve_mask_token_for(target: TargetModel) -> int:
+    """A mask id for a new drafter: ``<|MASK|>`` if the tokenizer has it, else a token the
+    model never needs to emit as text (the pad / end-of-text token)."""
+    vocab = target.tokenizer.get_vocab()
+    if "<|MASK|>" in vocab:
+        return int(vocab["<|MASK|>"])
+    pad = getattr(target.tokenizer, "pad_token_id", None)
+    return int(pad if pad is not None else 0)
 
 
 def encode_prompt(

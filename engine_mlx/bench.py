@@ -19,7 +19,7 @@ import mlx.core as mx
 
 from engine_mlx.backend import backend_info
 from engine_mlx.errors import EngineError
-from engine_mlx.events import Finished
+from engine_mlx.events import Error, Finished, Tokens
 from engine_mlx.models.target import TargetModel
 from engine_mlx.session import MODES, GenerationConfig, Session
 
@@ -46,22 +46,68 @@ def machine_description() -> str:
     return f"{platform.system()} {platform.machine()}, {cores} cores, Python {py}"
 
 
-def run_ours(session: Session, prompt: list[int], mode: str, max_tokens: int) -> dict[str, float]:
-    config = GenerationConfig(max_tokens=max_tokens, mode=mode, ignore_eos=True)
-    finished = None
+def run_ours(
+    session: Session,
+    prompt: list[int],
+    mode: str,
+    max_tokens: int,
+    width: int = 1,
+    block: int | None = None,
+    lookup: bool = True,
+) -> dict[str, Any]:
+    config = GenerationConfig(
+        max_tokens=max_tokens,
+        mode=mode,
+        ignore_eos=True,
+        width=width,
+        block_size=block,
+        lookup=lookup,
+    )
+    finished, steps = None, []
     for event in session.generate(prompt, config):
-        if isinstance(event, Finished):
+        if isinstance(event, Tokens):
+            steps.append(event.step)
+        elif isinstance(event, Finished):
             finished = event
+        elif isinstance(event, Error):
+            raise EngineError(event.message)
     if finished is None:
         raise EngineError(f"bench: mode {mode} produced no result")
     s = finished.stats
+    spec_steps = steps[1:] or steps  # the first step is the prefill's token
+    n = len(spec_steps)
     return {
         "prefill_tps": s.prefill_tps,
         "ttft_s": s.ttft_s,
         "decode_tps": s.decode_tps,
         "tau": s.tau,
+        "acceptance": s.acceptance_rate if s.acceptance_rate is not None else float("nan"),
         "tokens": s.generated_tokens,
+        "draft_ms": 1000 * sum(x.draft_s for x in spec_steps) / n,
+        "verify_ms": 1000 * sum(x.verify_s for x in spec_steps) / n,
+        "commit_ms": 1000 * sum(x.commit_s for x in spec_steps) / n,
+        "step_ms": 1000 * sum(x.seconds for x in spec_steps) / n,
+        "output": list(finished.tokens),
     }
+
+
+def verify_costs(target: TargetModel, prompt: list[int], sizes: list[int]) -> dict[int, float]:
+    """ms of one target forward over ``n`` new tokens (a tree of n nodes) after ``prompt``."""
+    cache = target.make_cache()
+    mx.eval(target.forward(mx.array(prompt), cache, last_only=True).logits)
+    depth = target.cache_length(cache)
+    out = {}
+    for n in sizes:
+        tokens = mx.array([(7 * i + 3) % 100 for i in range(n)])
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            mx.eval(target.forward(tokens, cache).logits)
+            times.append(time.perf_counter() - t0)
+            target.trim(cache, n) if target.can_trim(cache) else None
+        out[n] = 1000 * statistics.median(times)
+        assert target.cache_length(cache) == depth or not target.can_trim(cache)
+    return out
 
 
 def make_baseline(path: Path, dtype: mx.Dtype) -> Callable[[list[int], int], dict[str, float]]:
@@ -92,11 +138,12 @@ def make_baseline(path: Path, dtype: mx.Dtype) -> Callable[[list[int], int], dic
     return run
 
 
-def _median(runs: list[dict[str, float]]) -> dict[str, float]:
-    return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    return {k: statistics.median(r[k] for r in runs) for k in runs[0] if k != "output"}
 
 
 def run_bench(args: argparse.Namespace) -> int:
+    from engine_mlx.api import load_drafter
     from engine_mlx.cli import resolve_model
 
     path = resolve_model(args.model)
@@ -104,32 +151,64 @@ def run_bench(args: argparse.Namespace) -> int:
     unknown = [m for m in modes if m not in MODES]
     if unknown:
         raise EngineError(f"unknown mode(s) {unknown}; available: {', '.join(MODES)}")
+    widths = [int(w) for w in args.widths.split(",") if w.strip()]
     depths = [int(d) for d in args.depths.split(",") if d.strip()]
     target = TargetModel.load(path)
-    session = Session(target)
+    drafter = load_drafter(args.drafter, target) if args.drafter else None
+    if "dflash2" in modes and drafter is None:
+        raise EngineError("mode dflash2 needs --drafter DIR (init-drafter makes a random one)")
+    session = Session(target, drafter)
     baseline = None if args.no_baseline else make_baseline(path, target.dtype)
     info = backend_info(target.dtype)
     print(f"# {machine_description()}; {info.describe()}; model {path.name}")
+    cells = [(m, w) for m in modes for w in (widths if m != "ar" else [1])]
+    block = args.block or (drafter.block_size if drafter else 8)
     rows: list[dict[str, Any]] = []
+    tree_costs: dict[int, dict[int, float]] = {}
     for depth in depths:
         prompt = context_prompt(target, depth)
-        if len(prompt) + args.max_tokens >= target.spec.max_context:
+        if len(prompt) + args.max_tokens + block >= target.spec.max_context:
             raise EngineError(f"depth {depth} + {args.max_tokens} tokens exceeds the context")
-        # warm-up (compiles, allocates) outside the measurement
-        run_ours(session, prompt[:16], modes[0], 4)
+        run_ours(session, prompt[:16], "ar", 4)  # warm-up outside the measurement
         if baseline:
             baseline(prompt[:16], 4)
-        for mode in modes:
-            ours_runs, base_runs = [], []
-            for _ in range(args.repeats):
-                ours_runs.append(run_ours(session, prompt, mode, args.max_tokens))
-                if baseline and mode == "ar":
-                    base_runs.append(baseline(prompt, args.max_tokens))
-            rows.append({"impl": "flashchat", "mode": mode, "depth": depth, **_median(ours_runs)})
-            if base_runs:
-                rows.append({"impl": "mlx-lm", "mode": "ar", "depth": depth, **_median(base_runs)})
+        runs: dict[tuple[str, int], list[dict[str, Any]]] = {c: [] for c in cells}
+        base_runs = []
+        for _ in range(args.repeats):  # interleaved: every cell once per round
+            for mode, width in cells:
+                runs[(mode, width)].append(
+                    run_ours(
+                        session,
+                        prompt,
+                        mode,
+                        args.max_tokens,
+                        width,
+                        args.block,
+                        not args.no_lookup,
+                    )
+                )
+            if baseline:
+                base_runs.append(baseline(prompt, args.max_tokens))
+        reference = runs[cells[0]][0]["output"]
+        for (mode, width), cell_runs in runs.items():
+            row = {
+                "impl": "flashchat",
+                "mode": mode,
+                "width": width,
+                "depth": depth,
+                **_median(cell_runs),
+            }
+            row["identical_to_first"] = all(r["output"] == reference for r in cell_runs)
+            rows.append(row)
+        if base_runs:
+            rows.append(
+                {"impl": "mlx-lm", "mode": "ar", "width": 1, "depth": depth, **_median(base_runs)}
+            )
+        sizes = sorted({1, *(w * (block - 1) + 1 for w in widths)})
+        tree_costs[depth] = verify_costs(target, prompt, sizes)
     ratios = _ratios(rows)
     _print_table(rows, ratios)
+    _print_tree_costs(tree_costs)
     if args.json_out:
         report = {
             "machine": machine_description(),
@@ -137,42 +216,63 @@ def run_bench(args: argparse.Namespace) -> int:
             "dtype": info.compute_dtype,
             "openblas": info.openblas,
             "model": path.name,
+            "drafter": str(args.drafter) if args.drafter else None,
+            "block_size": block,
             "max_tokens": args.max_tokens,
             "repeats": args.repeats,
             "results": rows,
             "ratios": ratios,
+            "verify_ms_by_tree_size": {str(d): c for d, c in tree_costs.items()},
         }
         args.json_out.write_text(json.dumps(report, indent=2))
     return 0
 
 
 def _ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Decode and prefill speed over mlx-lm's plain decoding at the same depth, and decode
+    speed over our own plain decoding."""
     base = {r["depth"]: r for r in rows if r["impl"] == "mlx-lm"}
+    ours_ar = {r["depth"]: r for r in rows if r["impl"] == "flashchat" and r["mode"] == "ar"}
     out = []
     for r in rows:
-        b = base.get(r["depth"])
-        if r["impl"] == "flashchat" and b:
-            out.append(
-                {
-                    "mode": r["mode"],
-                    "depth": r["depth"],
-                    "decode_ratio": r["decode_tps"] / b["decode_tps"],
-                    "prefill_ratio": r["prefill_tps"] / b["prefill_tps"],
-                }
-            )
+        if r["impl"] != "flashchat":
+            continue
+        entry = {"mode": r["mode"], "width": r["width"], "depth": r["depth"]}
+        if r["depth"] in base:
+            b = base[r["depth"]]
+            entry["decode_vs_mlx_lm"] = r["decode_tps"] / b["decode_tps"]
+            entry["prefill_vs_mlx_lm"] = r["prefill_tps"] / b["prefill_tps"]
+        if r["depth"] in ours_ar:
+            entry["decode_vs_ar"] = r["decode_tps"] / ours_ar[r["depth"]]["decode_tps"]
+        out.append(entry)
     return out
 
 
 def _print_table(rows: list[dict[str, Any]], ratios: list[dict[str, Any]]) -> None:
-    ratio = {(r["mode"], r["depth"]): r["decode_ratio"] for r in ratios}
+    ratio = {(r["mode"], r["width"], r["depth"]): r for r in ratios}
     print(
-        f"{'impl':<10} {'mode':<8} {'depth':>6} {'prefill tok/s':>14} {'TTFT ms':>8} "
-        f"{'decode tok/s':>13} {'tau':>5} {'vs mlx-lm':>10}"
+        f"{'impl':<9} {'mode':<8} {'w':>2} {'depth':>6} {'prefill/s':>9} {'TTFT ms':>8} "
+        f"{'tok/s':>7} {'tau':>5} {'acc':>5} {'draft':>6} {'verify':>7} {'commit':>6} "
+        f"{'vs ar':>6} {'vs mlx-lm':>9} {'same':>4}"
     )
     for r in rows:
-        vs = ratio.get((r["mode"], r["depth"])) if r["impl"] == "flashchat" else None
+        x = ratio.get((r["mode"], r["width"], r["depth"]), {}) if r["impl"] == "flashchat" else {}
+        vs_ar = f"{x['decode_vs_ar']:.2f}x" if "decode_vs_ar" in x else ""
+        vs_lm = f"{x['decode_vs_mlx_lm']:.2f}x" if "decode_vs_mlx_lm" in x else ""
+        same = {True: "yes", False: "NO"}.get(r.get("identical_to_first"), "")
+        acc = r.get("acceptance", float("nan"))
         print(
-            f"{r['impl']:<10} {r['mode']:<8} {r['depth']:>6} {r['prefill_tps']:>14.1f} "
-            f"{r['ttft_s'] * 1000:>8.0f} {r['decode_tps']:>13.2f} {r['tau']:>5.2f} "
-            f"{(f'{vs:.2f}x' if vs else ''):>10}"
+            f"{r['impl']:<9} {r['mode']:<8} {r['width']:>2} {r['depth']:>6} "
+            f"{r['prefill_tps']:>9.1f} {r['ttft_s'] * 1000:>8.0f} {r['decode_tps']:>7.2f} "
+            f"{r['tau']:>5.2f} {'' if acc != acc else f'{acc:.0%}':>5} "
+            f"{r.get('draft_ms', 0):>6.1f} {r.get('verify_ms', 0):>7.1f} "
+            f"{r.get('commit_ms', 0):>6.1f} {vs_ar:>6} {vs_lm:>9} {same:>4}"
         )
+
+
+def _print_tree_costs(costs: dict[int, dict[int, float]]) -> None:
+    print("verify forward, ms by tree size (nodes), relative to 1 token:")
+    for depth, by_size in costs.items():
+        one = by_size.get(1) or 1.0
+        cells = "  ".join(f"{n}: {ms:.0f} ({ms / one:.2f}x)" for n, ms in by_size.items())
+        print(f"  depth {depth}: {cells}")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from engine_mlx.backend import backend_info
 from engine_mlx.errors import EngineError
+from engine_mlx.session import MODES
 
 
 def _add_sampling(p: argparse.ArgumentParser) -> None:
@@ -24,6 +25,15 @@ def _add_sampling(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--min-p", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=None)
+
+
+def _add_speculation(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--drafter", type=Path, default=None, help="DFlash drafter folder")
+    p.add_argument("--width", type=int, default=1, help="candidate paths per step (1-8)")
+    p.add_argument("--block", type=int, default=None, help="draft block size (default: drafter's)")
+    p.add_argument(
+        "--no-lookup", action="store_true", help="no prompt-lookup candidates in the tree"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,7 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--prompt-file", type=Path, help="a text file, or a JSON list of chat messages"
     )
     _add_sampling(gen)
-    gen.add_argument("--mode", default="ar", choices=["ar"])
+    gen.add_argument("--mode", default="ar", choices=list(MODES))
+    _add_speculation(gen)
     gen.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     gen.add_argument("--system", default=None, help="system prompt (chat only)")
     tpl = gen.add_mutually_exclusive_group()
@@ -48,7 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="measure prefill / decode speed against mlx-lm")
     bench.add_argument("--model", type=Path, default=None)
-    bench.add_argument("--modes", default="ar")
+    bench.add_argument("--modes", default="ar", help=f"comma list of {', '.join(MODES)}")
+    bench.add_argument("--widths", default="1", help="widths for the speculative modes")
+    _add_speculation(bench)
     bench.add_argument("--depths", default="0,1024")
     bench.add_argument("--max-tokens", type=int, default=128)
     bench.add_argument("--repeats", type=int, default=3)
@@ -59,6 +72,14 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("gguf", type=Path)
     imp.add_argument("out", type=Path)
     imp.add_argument("--dtype", default="float16", choices=["float16", "bfloat16", "float32"])
+
+    init = sub.add_parser("init-drafter", help="write a randomly initialised DFlash2 drafter")
+    init.add_argument("--model", type=Path, default=None, help="target folder (default: demo)")
+    init.add_argument("--out", type=Path, required=True)
+    init.add_argument("--layers", type=int, default=2)
+    init.add_argument("--block", type=int, default=8)
+    init.add_argument("--conv", type=int, default=4, help="local convolution kernel (0: v1)")
+    init.add_argument("--seed", type=int, default=0)
 
     sub.add_parser("demo", help="import the demo model if needed and print its folder")
     sub.add_parser("info", help="print the backend in use")
@@ -78,6 +99,20 @@ def main(argv: list[str] | None = None) -> int:
             from engine_mlx.models.gguf import import_gguf
 
             print(import_gguf(args.gguf, args.out, dtype=args.dtype))
+            return 0
+        if args.command == "init-drafter":
+            from engine_mlx.api import init_drafter
+
+            print(
+                init_drafter(
+                    resolve_model(args.model),
+                    args.out,
+                    layers=args.layers,
+                    block=args.block,
+                    conv=args.conv,
+                    seed=args.seed,
+                )
+            )
             return 0
         if args.command == "demo":
             from engine_mlx.demo import ensure_demo_model
@@ -117,12 +152,13 @@ def read_prompt(args: argparse.Namespace) -> str | list[dict[str, str]]:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from engine_mlx.api import encode_prompt, load_target
+    from engine_mlx.api import encode_prompt, load_drafter, load_target
     from engine_mlx.decoding.sampling import SamplingParams
     from engine_mlx.events import Error, Finished, Tokens, event_to_json
     from engine_mlx.session import GenerationConfig, Session
 
     target = load_target(resolve_model(args.model))
+    drafter = load_drafter(args.drafter, target) if args.drafter else None
     ids = encode_prompt(target, read_prompt(args), chat=args.chat, system=args.system)
     try:
         sampling = SamplingParams(args.temp, args.top_k, args.top_p, args.min_p, args.seed)
@@ -133,11 +169,14 @@ def _generate(args: argparse.Namespace) -> int:
         sampling=sampling,
         stop_strings=tuple(args.stop),
         mode=args.mode,
+        width=args.width,
+        block_size=args.block,
+        lookup=not args.no_lookup,
     )
     cancel = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda *_: cancel.set())
     try:
-        for event in Session(target).generate(ids, config, cancel):
+        for event in Session(target, drafter).generate(ids, config, cancel):
             if args.json:
                 print(json.dumps(event_to_json(event), ensure_ascii=False), flush=True)
             elif isinstance(event, Tokens):
@@ -147,7 +186,8 @@ def _generate(args: argparse.Namespace) -> int:
                 print(
                     f"\n[{event.reason}] {s.generated_tokens} tokens, decode "
                     f"{s.decode_tps:.1f} tok/s, prefill {s.prefill_tps:.1f} tok/s, TTFT "
-                    f"{s.ttft_s * 1000:.0f} ms, tau {s.tau:.2f}, context "
+                    f"{s.ttft_s * 1000:.0f} ms, tau {s.tau:.2f}, acceptance "
+                    f"{'-' if s.acceptance_rate is None else f'{s.acceptance_rate:.0%}'}, context "
                     f"{s.context_depth}/{s.max_context}",
                     file=sys.stderr,
                 )

@@ -17,13 +17,14 @@ import mlx.core as mx
 from engine_mlx.backend import backend_info
 from engine_mlx.chat import IncrementalDetokenizer, StopStringFilter
 from engine_mlx.decoding.sampling import Sampler, SamplingParams
-from engine_mlx.decoding.strategies import Autoregressive, Strategy
+from engine_mlx.decoding.selector import AcceptanceCalibrator
+from engine_mlx.decoding.strategies import Autoregressive, Drafter, Speculative, Strategy
 from engine_mlx.errors import ContextOverflowError, EngineError
 from engine_mlx.events import Error, Event, Finished, PrefillProgress, Started, Tokens
 from engine_mlx.models.target import TargetModel
 from engine_mlx.stats import StatsTracker
 
-MODES = ("ar",)
+MODES = ("ar", "lookup", "dflash2")
 
 
 @dataclass(frozen=True)
@@ -34,14 +35,40 @@ class GenerationConfig:
     mode: str = "ar"
     prefill_chunk: int = 512
     ignore_eos: bool = False  # benchmarks: always generate max_tokens
+    width: int = 1  # candidate paths per verification (speculative modes)
+    block_size: int | None = None  # draft block; None = the drafter's own (lookup: 8)
+    lookup: bool = True  # prompt-lookup candidates in the speculative tree
 
 
 class Session:
     """One target, one generation at a time."""
 
-    def __init__(self, target: TargetModel) -> None:
+    def __init__(self, target: TargetModel, drafter: Drafter | None = None) -> None:
         self.target = target
+        self.drafter = drafter
         self._eos = set(getattr(target.tokenizer, "eos_token_ids", None) or ())
+        self._calibrators: dict[tuple[str, bool], AcceptanceCalibrator] = {}
+
+    def _strategy(self, config: GenerationConfig, cache: list, sampler: Sampler) -> Strategy:
+        if config.mode == "ar":
+            return Autoregressive(self.target, cache, sampler)
+        drafter = self.drafter if config.mode == "dflash2" else None
+        default_block = drafter.block_size if drafter is not None else 8
+        key = (config.mode, config.sampling.greedy)  # acceptance differs greedy vs sampled
+        calibrator = self._calibrators.setdefault(key, AcceptanceCalibrator())
+        if drafter is not None:
+            drafter.reset()
+        return Speculative(
+            config.mode,
+            self.target,
+            cache,
+            sampler,
+            calibrator,
+            drafter=drafter,
+            width=config.width,
+            block_size=config.block_size or default_block,
+            lookup=config.lookup,
+        )
 
     @property
     def max_context(self) -> int:
@@ -73,6 +100,12 @@ class Session:
                 )
             if config.max_tokens < 1:
                 raise EngineError("max tokens must be at least 1.")
+            if config.mode == "dflash2" and self.drafter is None:
+                raise EngineError("Mode dflash2 needs a DFlash drafter; load one or use ar.")
+            if not 1 <= config.width <= 8:
+                raise EngineError("draft width must be between 1 and 8.")
+            if config.block_size is not None and not 2 <= config.block_size <= 64:
+                raise EngineError("block size must be between 2 and 64.")
             sampler = Sampler(config.sampling)
         except (EngineError, ValueError) as exc:
             yield Error(str(exc))
@@ -91,6 +124,8 @@ class Session:
         eos = set() if config.ignore_eos else self._eos
         yield Started(config.mode, len(prompt), self.max_context, backend_info().describe())
         cache = target.make_cache()
+        strategy = self._strategy(config, cache, sampler)
+        capture = strategy.capture_layers
         detok = IncrementalDetokenizer(target.tokenizer)
         stops = StopStringFilter(config.stop_strings)
         text_parts: list[str] = []
@@ -106,12 +141,13 @@ class Session:
             if cancel.is_set():
                 yield finish("cancelled")
                 return
-            chunk = mx.array(prompt[start : start + config.prefill_chunk])
-            logits = target.forward(chunk, cache, last_only=True).logits
-            mx.eval(logits)
+            chunk_ids = prompt[start : start + config.prefill_chunk]
+            out = target.forward(mx.array(chunk_ids), cache, last_only=True, capture=capture)
+            logits = out.logits
+            mx.eval(logits, out.features)
+            strategy.observe_prompt(chunk_ids, out.features)
             yield PrefillProgress(min(start + config.prefill_chunk, len(prompt)), len(prompt))
         stats.prefill_done()
-        strategy: Strategy = Autoregressive(target, cache, sampler)
         strategy.begin(sampler.sample(logits[0, -1]))
         depth = len(prompt)
         reason = "max_tokens"
@@ -122,7 +158,7 @@ class Session:
             remaining = config.max_tokens - len(tokens)
             room = self.max_context - depth
             t_step = time.perf_counter()
-            outcome = strategy.step(schedule_next=min(remaining, room) > 1)
+            outcome = strategy.step(min(remaining, room))
             step_stats = replace(outcome.stats, seconds=time.perf_counter() - t_step)
             new = outcome.tokens[: min(remaining, room)]
             hit_eos = next((i for i, t in enumerate(new) if t in eos), None)

@@ -29,6 +29,9 @@ class StepStats:
     accepted: int = 0
     width: int = 0
     seconds: float = 0.0
+    draft_s: float = 0.0  # proposing candidates (drafter forward, top-k, tree building)
+    verify_s: float = 0.0  # the target's verification forward and its picks
+    commit_s: float = 0.0  # acceptance walk, cache compaction / rollback, drafter update
 
 
 @dataclass(frozen=True)

@@ -179,6 +179,20 @@ class TargetModel:
         for c in cache:
             c.trim(n)
 
+    def compact(self, cache: list[Any], start: int, keep: list[int]) -> None:
+        """After a tree verification that appended nodes at ``start``: keep the rows of
+        nodes ``keep`` (in order) at ``start, start+1, ...`` and drop the rest."""
+        n = len(keep)
+        moved = keep != list(range(n))
+        idx = mx.array([start + k for k in keep], dtype=mx.int32) if moved and n else None
+        for c in cache:
+            if not isinstance(c, KVCache):
+                raise ValueError("tree compaction needs attention (KV) caches only")
+            if idx is not None:
+                c.keys[..., start : start + n, :] = mx.take(c.keys, idx, axis=2)
+                c.values[..., start : start + n, :] = mx.take(c.values, idx, axis=2)
+            c.offset = start + n
+
     def snapshot(self, cache: list[Any]) -> CacheSnapshot:
         """Cheap: KV layers keep their offset (rows below it are never overwritten by
         appends); recurrent layers keep references to their immutable state arrays."""

@@ -115,11 +115,21 @@ def test_generate_prompt_too_long(tiny_model_dir):
 
 
 def test_bench_writes_json(tiny_model_dir, tmp_path):
+    model = tiny_model_dir("llama")
+    drafter = tmp_path / "drafter"
+    made = _cli("init-drafter", "--model", str(model), "--out", str(drafter), "--block", "4")
+    assert made.returncode == 0, made.stderr
     out = tmp_path / "bench.json"
     proc = _cli(
         "bench",
         "--model",
-        str(tiny_model_dir("llama")),
+        str(model),
+        "--drafter",
+        str(drafter),
+        "--modes",
+        "ar,dflash2",
+        "--widths",
+        "1,2",
         "--depths",
         "0,64",
         "--max-tokens",
@@ -131,8 +141,68 @@ def test_bench_writes_json(tiny_model_dir, tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     report = json.loads(out.read_text())
-    cells = {(r["impl"], r["depth"]) for r in report["results"]}
-    assert cells == {("flashchat", 0), ("mlx-lm", 0), ("flashchat", 64), ("mlx-lm", 64)}
+    cells = {(r["impl"], r["mode"], r["width"], r["depth"]) for r in report["results"]}
+    assert cells == {
+        (impl, mode, w, d)
+        for d in (0, 64)
+        for impl, mode, w in [
+            ("flashchat", "ar", 1),
+            ("flashchat", "dflash2", 1),
+            ("flashchat", "dflash2", 2),
+            ("mlx-lm", "ar", 1),
+        ]
+    }
     assert all(r["tokens"] == 8 and r["decode_tps"] > 0 for r in report["results"])
-    assert [r["depth"] for r in report["ratios"]] == [0, 64]
+    ours = [r for r in report["results"] if r["impl"] == "flashchat"]
+    assert all(r["identical_to_first"] for r in ours)  # greedy: every mode, the same tokens
+    spec = [r for r in ours if r["mode"] == "dflash2"]
+    assert all(r["verify_ms"] > 0 and r["draft_ms"] > 0 for r in spec)
+    assert {r["depth"] for r in report["ratios"]} == {0, 64}
+    assert set(report["verify_ms_by_tree_size"]["0"]) == {"1", "4", "7"}
     assert "vs mlx-lm" in proc.stdout
+
+
+def test_generate_speculative_matches_plain(tiny_model_dir, tmp_path):
+    model = tiny_model_dir("qwen3")
+    drafter = tmp_path / "drafter"
+    assert _cli("init-drafter", "--model", str(model), "--out", str(drafter)).returncode == 0
+    outs = []
+    for extra in ([], ["--drafter", str(drafter), "--mode", "dflash2", "--width", "3"]):
+        proc = _cli(
+            "generate",
+            "--model",
+            str(model),
+            "--prompt",
+            "Hi",
+            "--max-tokens",
+            "12",
+            "--json",
+            *extra,
+        )
+        assert proc.returncode == 0, proc.stderr
+        outs.append(json.loads(proc.stdout.splitlines()[-1]))
+    assert outs[0]["tokens"] == outs[1]["tokens"]
+    assert outs[1]["stats"]["modes"].get("dflash2", 0) >= 1
+    assert outs[1]["stats"]["drafted"] > 0
+
+
+def test_generate_rejects_a_drafter_for_another_target(tiny_model_dir, tmp_path):
+    drafter = tmp_path / "drafter"
+    made = _cli("init-drafter", "--model", str(tiny_model_dir("llama")), "--out", str(drafter))
+    assert made.returncode == 0
+    cfg = json.loads((drafter / "config.json").read_text())
+    cfg["vocab_size"] = 151936
+    (drafter / "config.json").write_text(json.dumps(cfg))
+    proc = _cli(
+        "generate",
+        "--model",
+        str(tiny_model_dir("llama")),
+        "--drafter",
+        str(drafter),
+        "--mode",
+        "dflash2",
+        "--prompt",
+        "x",
+    )
+    assert proc.returncode == 2
+    assert "vocabulary 151936" in proc.stderr

@@ -124,9 +124,18 @@ def write_tokenizer(out: Path, vocab_size: int = 320) -> int:
 
 
 def build_tiny_model(
-    arch: str, out: Path, *, seed: int = 0, max_context: int = 512, chat_template: bool = True
+    arch: str,
+    out: Path,
+    *,
+    seed: int = 0,
+    max_context: int = 512,
+    chat_template: bool = True,
+    vocab_size: int | None = None,
 ) -> Path:
-    """Write config.json, model.safetensors and tokenizer files for ``arch`` into ``out``."""
+    """Write config.json, model.safetensors and tokenizer files for ``arch`` into ``out``.
+
+    ``vocab_size`` smaller than the tokenizer's makes a tiny-vocabulary model for
+    distribution tests (prompts are then given as ids)."""
     from mlx_lm.utils import _get_classes
 
     vocab = write_tokenizer(out)
@@ -138,7 +147,7 @@ def build_tiny_model(
     eos = json.loads((out / "tokenizer.json").read_text())["added_tokens"][2]["id"]
     config = {
         **ARCH_CONFIGS[arch],
-        "vocab_size": vocab,
+        "vocab_size": vocab_size or vocab,
         "max_position_embeddings": max_context,
         "eos_token_id": eos,
         "torch_dtype": "float32",

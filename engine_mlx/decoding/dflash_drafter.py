@@ -1,0 +1,111 @@
+"""A DFlash model bound to a target: its context cache, and the candidates it proposes.
+
+The drafter's context is the target's captured layer outputs for committed tokens; each
+layer's keys/values of that context are projected once, when the tokens are committed, and
+kept. A proposal embeds ``[root, MASK, ..., MASK]`` with the target's embedding, runs the
+block through the drafter, decodes it with the target's head, and returns the top-k tokens
+and their probabilities per masked position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import mlx.core as mx
+import numpy as np
+from mlx_lm.models.cache import KVCache
+
+from engine_mlx.decoding.selector import BlockCandidates
+from engine_mlx.models.dflash import DFlashModel, DrafterMismatchError
+from engine_mlx.models.target import TargetModel
+
+MASK_TOKEN = "<|MASK|>"
+
+
+def resolve_mask_token(model: DFlashModel, target: TargetModel) -> int:
+    """The config's mask id, else ``<|MASK|>`` in the target's tokenizer, else the first id
+    past the tokenizer's vocabulary (where z-lab's older drafts put it), if the embedding has
+    a row for it."""
+    cfg = model.config
+    if cfg.mask_token_id is not None:
+        return int(cfg.mask_token_id)
+    vocab = target.tokenizer.get_vocab() if hasattr(target.tokenizer, "get_vocab") else {}
+    if MASK_TOKEN in vocab:
+        return int(vocab[MASK_TOKEN])
+    next_id = len(vocab)
+    if 0 < next_id < target.spec.vocab_size:
+        return next_id
+    raise DrafterMismatchError(
+        f"The drafter has no dflash_config.mask_token_id and the target's tokenizer has no "
+        f"{MASK_TOKEN} token (nor a spare embedding row for one)."
+    )
+
+
+def check_fits(model: DFlashModel, target: TargetModel) -> None:
+    """Refuse a drafter built for another target, naming the mismatch."""
+    cfg, spec = model.config, target.spec
+    problems = []
+    if cfg.hidden_size != spec.hidden_size:
+        problems.append(f"drafter hidden size {cfg.hidden_size}, target {spec.hidden_size}")
+    if cfg.vocab_size != spec.vocab_size:
+        problems.append(f"drafter vocabulary {cfg.vocab_size}, target {spec.vocab_size}")
+    bad = [i for i in cfg.target_layer_ids if not 0 <= i < spec.num_layers]
+    if bad:
+        problems.append(
+            f"drafter reads target layers {bad}, target has layers 0..{spec.num_layers - 1}"
+        )
+    if problems:
+        raise DrafterMismatchError(
+            f"This drafter does not fit {spec.name}: " + "; ".join(problems) + "."
+        )
+
+
+class DFlashDrafter:
+    """Implements the ``Drafter`` protocol of ``decoding.strategies``."""
+
+    def __init__(self, model: DFlashModel, target: TargetModel) -> None:
+        check_fits(model, target)
+        self.model = model
+        self.target = target
+        self.mask_id = resolve_mask_token(model, target)
+        self.capture_layers = tuple(model.config.target_layer_ids)
+        self.block_size = model.config.block_size
+        self._cache: list[KVCache] = []
+        self.reset()
+
+    @property
+    def context_length(self) -> int:
+        return self._cache[0].offset
+
+    def reset(self) -> None:
+        self._cache = [KVCache() for _ in self.model.layers]
+
+    def observe(self, ids: Sequence[int], features: list[mx.array]) -> None:
+        if not ids:
+            return
+        ctx = self.model.project_context(features)
+        offset = self.context_length
+        for layer, cache in zip(self.model.layers, self._cache, strict=True):
+            k, v = layer.self_attn.context_kv(ctx, self.model.rope, offset)
+            cache.update_and_fetch(k, v)
+
+    def block_logits(self, root: int, depth: int) -> mx.array:
+        """Logits [depth, vocab] for the masked positions after ``root``."""
+        block = mx.array([[root] + [self.mask_id] * depth])
+        if self.context_length == 0:
+            raise RuntimeError("the drafter has no context yet: observe the prompt first")
+        ctx_kv = [(c.keys[..., : c.offset, :], c.values[..., : c.offset, :]) for c in self._cache]
+        hidden = self.model(self.target.embed(block), ctx_kv, self.context_length)
+        return self.target.head(hidden[0, 1:])
+
+    def propose(self, root: int, depth: int, top_k: int) -> BlockCandidates:
+        logits = self.block_logits(root, depth).astype(mx.float32)
+        probs = mx.softmax(logits, axis=-1)
+        k = max(1, min(top_k, probs.shape[-1]))
+        top = mx.argpartition(-probs, kth=k - 1, axis=-1)[:, :k]
+        top_probs = mx.take_along_axis(probs, top, axis=-1)
+        order = mx.argsort(-top_probs, axis=-1)
+        tokens = mx.take_along_axis(top, order, axis=-1)
+        top_probs = mx.take_along_axis(top_probs, order, axis=-1)
+        mx.eval(tokens, top_probs)
+        return BlockCandidates(np.array(tokens), np.array(top_probs))

@@ -1,0 +1,119 @@
+"""The candidate selector: which draft tokens one verification forward should test.
+
+Each candidate node gets a score, the estimated probability that the target accepts every
+token on its path: the product of per-token acceptance estimates a. The expected number of
+accepted tokens of a tree is the sum of its nodes' scores, and a node never scores above its
+parent, so taking nodes best-first under a node budget builds the tree with the largest
+expected accepted length for that budget (at most ``width`` leaves, ``width*(block-1)``
+nodes). a starts as the drafter's probability and is calibrated online: per source and depth,
+observed acceptance is counted in bins of draft probability.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine_mlx.decoding.acceptance import Acceptance
+from engine_mlx.decoding.tree import CandidateTree
+
+NGRAM_PRIOR = 0.5  # prior acceptance of a prompt-lookup token before any observation
+
+
+class AcceptanceCalibrator:
+    """P(target accepts a candidate | source, depth, draft probability), learned online."""
+
+    def __init__(self, bins: int = 10, max_depth: int = 32, prior_weight: float = 4.0) -> None:
+        self.bins, self.max_depth, self.prior_weight = bins, max_depth, prior_weight
+        self._hits: dict[str, np.ndarray] = {}
+        self._trials: dict[str, np.ndarray] = {}
+
+    def _arrays(self, source: str) -> tuple[np.ndarray, np.ndarray]:
+        if source not in self._hits:
+            shape = (self.max_depth + 1, self.bins)
+            self._hits[source], self._trials[source] = np.zeros(shape), np.zeros(shape)
+        return self._hits[source], self._trials[source]
+
+    def _cell(self, depth: int, prob: float) -> tuple[int, int]:
+        return min(depth, self.max_depth), min(int(prob * self.bins), self.bins - 1)
+
+    def estimate(self, source: str, depth: int, prob: float) -> float:
+        hits, trials = self._arrays(source)
+        d, b = self._cell(depth, prob)
+        w = self.prior_weight
+        return float((hits[d, b] + w * prob) / (trials[d, b] + w))
+
+    def observe(self, tree: CandidateTree, result: Acceptance) -> None:
+        """Every child of every node the walk visited was tested against the target."""
+        accepted = set(result.path)
+        for node in [0, *result.path]:
+            for child in tree.children[node].values():
+                hits, trials = self._arrays(tree.sources[child])
+                d, b = self._cell(tree.depths[child], tree.probs[child])
+                trials[d, b] += 1
+                hits[d, b] += child in accepted
+
+
+@dataclass(frozen=True)
+class BlockCandidates:
+    """The drafter's top-k per block position: ``tokens[j]`` / ``probs[j]`` for depth j+1."""
+
+    tokens: np.ndarray  # [depth, k] int
+    probs: np.ndarray  # [depth, k] float
+
+
+def build_tree(
+    root: int,
+    calibrator: AcceptanceCalibrator,
+    *,
+    width: int,
+    max_depth: int,
+    block: BlockCandidates | None = None,
+    ngram_paths: list[list[int]] | None = None,
+    block_source: str = "dflash2",
+) -> CandidateTree:
+    """Best-first tree over the drafter's block candidates and prompt-lookup paths."""
+    tree = CandidateTree.rooted(root)
+    if max_depth <= 0:
+        return tree
+    trie: dict = {}
+    for path in ngram_paths or ():
+        level = trie
+        for token in path[:max_depth]:
+            level = level.setdefault(int(token), {})
+    budget = width * max_depth
+    heap: list[tuple[float, int, int, int, float, str, dict | None]] = []
+    counter = 0
+
+    def push_children(node: int, score: float, level: dict | None) -> None:
+        nonlocal counter
+        depth = tree.depths[node] + 1
+        if depth > max_depth:
+            return
+        if block is not None and depth <= len(block.tokens):
+            for token, prob in zip(block.tokens[depth - 1], block.probs[depth - 1], strict=True):
+                a = calibrator.estimate(block_source, depth, float(prob))
+                sub = level.get(int(token)) if level else None
+                entry = (-score * a, counter, node, int(token), float(prob), block_source, sub)
+                heapq.heappush(heap, entry)
+                counter += 1
+        for token, sub in (level or {}).items():
+            a = calibrator.estimate("ngram", depth, NGRAM_PRIOR)
+            heapq.heappush(heap, (-score * a, counter, node, token, NGRAM_PRIOR, "ngram", sub))
+            counter += 1
+
+    push_children(0, 1.0, trie)
+    leaves = 0
+    while heap and len(tree) - 1 < budget:
+        neg, _, parent, token, prob, source, sub = heapq.heappop(heap)
+        if token in tree.children[parent]:
+            continue
+        opens_branch = (parent == 0 and not tree.children[0]) or bool(tree.children[parent])
+        if opens_branch and leaves >= width:
+            continue
+        node = tree.add(parent, token, prob, source)
+        leaves += opens_branch
+        push_children(node, -neg, sub)
+    return tree

@@ -1,0 +1,272 @@
+"""The DFlash block-diffusion drafter, and FlashChat's DFlash2 superset of it.
+
+Loads z-lab DFlash checkpoints unchanged (``config.json`` with ``dflash_config``; weights
+``fc``, ``hidden_norm``, ``norm`` and ``layers.*`` with no ``model.`` prefix, no embedding and
+no head: the target's are used). DFlash2 adds, per layer, an optional depthwise causal
+convolution along the block (``dflash_config.local_conv_kernel``, weights
+``layers.{i}.local_conv.weight [H, k]`` and optional ``.bias``) so a masked position sees its
+left neighbours' draft state; without it the model is exactly DFlash v1.
+
+Written here rather than taken from a library: mlx-lm has no DFlash model, and the reference
+MLX code patches the target; this one is a plain module fed by captured target features.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx.utils import tree_flatten
+from mlx_lm.models.qwen3 import MLP
+from mlx_lm.models.rope_utils import initialize_rope
+
+from engine_mlx.errors import ModelLoadError
+
+
+class DrafterMismatchError(ModelLoadError):
+    """The drafter does not fit the target (sizes, vocabulary, layers, mask token)."""
+
+
+@dataclass(frozen=True)
+class DFlashConfig:
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    num_target_layers: int
+    target_layer_ids: tuple[int, ...]
+    block_size: int = 16
+    mask_token_id: int | None = None
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 1_000_000.0
+    max_position_embeddings: int = 40960
+    rope_scaling: dict[str, Any] | None = None
+    local_conv_kernel: int = 0  # DFlash2; 0 = v1 behaviour
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)  # kept on save
+
+    @classmethod
+    def from_dict(cls, cfg: dict[str, Any], where: str = "config.json") -> DFlashConfig:
+        try:
+            dflash = cfg.get("dflash_config") or {}
+            n_layers = int(cfg["num_hidden_layers"])
+            n_target = int(cfg.get("num_target_layers") or 0)
+            ids = dflash.get("target_layer_ids") or cfg.get("target_layer_ids")
+            if ids is None:
+                if n_target < 4:
+                    raise KeyError("target_layer_ids (and num_target_layers to derive them)")
+                ids = default_target_layer_ids(n_target, n_layers)
+            heads = int(cfg["num_attention_heads"])
+            known = {f for f in cls.__dataclass_fields__ if f != "extra"}
+            return cls(
+                hidden_size=int(cfg["hidden_size"]),
+                num_hidden_layers=n_layers,
+                num_attention_heads=heads,
+                num_key_value_heads=int(cfg.get("num_key_value_heads") or heads),
+                head_dim=int(cfg.get("head_dim") or int(cfg["hidden_size"]) // heads),
+                intermediate_size=int(cfg["intermediate_size"]),
+                vocab_size=int(cfg["vocab_size"]),
+                num_target_layers=n_target,
+                target_layer_ids=tuple(int(i) for i in ids),
+                block_size=int(cfg.get("block_size", 16)),
+                mask_token_id=dflash.get("mask_token_id", cfg.get("mask_token_id")),
+                rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+                rope_theta=float(cfg.get("rope_theta", 1_000_000.0)),
+                max_position_embeddings=int(cfg.get("max_position_embeddings", 40960)),
+                rope_scaling=cfg.get("rope_scaling"),
+                local_conv_kernel=int(dflash.get("local_conv_kernel", 0) or 0),
+                extra={k: v for k, v in cfg.items() if k not in known and k != "dflash_config"},
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ModelLoadError(f"{where}: not a DFlash drafter config ({exc}).") from exc
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        extra = d.pop("extra")
+        dflash = {"target_layer_ids": list(self.target_layer_ids)}
+        for key in ("mask_token_id", "local_conv_kernel", "target_layer_ids"):
+            d.pop(key)
+        if self.mask_token_id is not None:
+            dflash["mask_token_id"] = self.mask_token_id
+        if self.local_conv_kernel:
+            dflash["local_conv_kernel"] = self.local_conv_kernel
+        base = {
+            "architectures": ["DFlashDraftModel"],
+            "model_type": "qwen3",
+            "tie_word_embeddings": True,
+            "layer_types": ["full_attention"] * self.num_hidden_layers,
+        }
+        return {**base, **extra, **d, "dflash_config": dflash}
+
+
+def default_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> list[int]:
+    """Evenly from 1 to n_target-3, as z-lab's older drafts assume (36, 5 -> 1,9,17,25,33)."""
+    if num_draft_layers == 1:
+        return [1]
+    last = num_target_layers - 3
+    step = (last - 1) / (num_draft_layers - 1)
+    return [round(1 + i * step) for i in range(num_draft_layers)]
+
+
+class LocalConv(nn.Module):
+    """Depthwise causal convolution along the block axis (DFlash2)."""
+
+    def __init__(self, hidden: int, kernel: int, bias: bool = False) -> None:
+        super().__init__()
+        self.weight = mx.zeros((hidden, kernel))
+        if bias:
+            self.bias = mx.zeros((hidden,))
+
+    def __call__(self, x: mx.array) -> mx.array:
+        k = self.weight.shape[1]
+        padded = mx.pad(x, [(0, 0), (k - 1, 0), (0, 0)])
+        length = x.shape[1]
+        out = sum(padded[:, i : i + length] * self.weight[:, i] for i in range(k))
+        return out + self.bias if "bias" in self else out
+
+
+class DFlashAttention(nn.Module):
+    def __init__(self, cfg: DFlashConfig) -> None:
+        super().__init__()
+        h, d = cfg.hidden_size, cfg.head_dim
+        self.n_heads, self.n_kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
+        self.scale = d**-0.5
+        self.q_proj = nn.Linear(h, self.n_heads * d, bias=False)
+        self.k_proj = nn.Linear(h, self.n_kv_heads * d, bias=False)
+        self.v_proj = nn.Linear(h, self.n_kv_heads * d, bias=False)
+        self.o_proj = nn.Linear(self.n_heads * d, h, bias=False)
+        self.q_norm = nn.RMSNorm(d, eps=cfg.rms_norm_eps)
+        self.k_norm = nn.RMSNorm(d, eps=cfg.rms_norm_eps)
+
+    def _heads(self, x: mx.array, n: int) -> mx.array:
+        b, length, _ = x.shape
+        return x.reshape(b, length, n, -1).transpose(0, 2, 1, 3)
+
+    def context_kv(self, ctx: mx.array, rope: nn.Module, offset: int) -> tuple[mx.array, mx.array]:
+        """Keys/values of context features (projected once per committed token)."""
+        keys = rope(self.k_norm(self._heads(self.k_proj(ctx), self.n_kv_heads)), offset=offset)
+        return keys, self._heads(self.v_proj(ctx), self.n_kv_heads)
+
+    def __call__(
+        self, x: mx.array, ctx_k: mx.array, ctx_v: mx.array, rope: nn.Module, offset: int
+    ) -> mx.array:
+        b, length, _ = x.shape
+        q = rope(self.q_norm(self._heads(self.q_proj(x), self.n_heads)), offset=offset)
+        k = rope(self.k_norm(self._heads(self.k_proj(x), self.n_kv_heads)), offset=offset)
+        v = self._heads(self.v_proj(x), self.n_kv_heads)
+        keys = mx.concatenate([ctx_k, k], axis=2)
+        values = mx.concatenate([ctx_v, v], axis=2)
+        out = mx.fast.scaled_dot_product_attention(q, keys, values, scale=self.scale)
+        return self.o_proj(out.transpose(0, 2, 1, 3).reshape(b, length, -1))
+
+
+class DFlashLayer(nn.Module):
+    def __init__(self, cfg: DFlashConfig) -> None:
+        super().__init__()
+        self.self_attn = DFlashAttention(cfg)
+        self.mlp = MLP(cfg.hidden_size, cfg.intermediate_size)
+        self.input_layernorm = nn.RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
+        self.post_attention_layernorm = nn.RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
+        if cfg.local_conv_kernel:
+            self.local_conv = LocalConv(cfg.hidden_size, cfg.local_conv_kernel)
+
+    def __call__(
+        self, x: mx.array, ctx_k: mx.array, ctx_v: mx.array, rope: nn.Module, offset: int
+    ) -> mx.array:
+        if "local_conv" in self:
+            x = x + self.local_conv(x)
+        h = x + self.self_attn(self.input_layernorm(x), ctx_k, ctx_v, rope, offset)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+class DFlashModel(nn.Module):
+    """Block in (embedded by the target), hidden states out (the target's head decodes)."""
+
+    def __init__(self, cfg: DFlashConfig) -> None:
+        super().__init__()
+        self.config = cfg
+        self.fc = nn.Linear(
+            len(cfg.target_layer_ids) * cfg.hidden_size, cfg.hidden_size, bias=False
+        )
+        self.hidden_norm = nn.RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
+        self.layers = [DFlashLayer(cfg) for _ in range(cfg.num_hidden_layers)]
+        self.norm = nn.RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
+        self.rope = initialize_rope(
+            cfg.head_dim,
+            base=cfg.rope_theta,
+            traditional=False,
+            scaling_config=cfg.rope_scaling,
+            max_position_embeddings=cfg.max_position_embeddings,
+        )
+
+    def project_context(self, features: list[mx.array]) -> mx.array:
+        """Captured target layer outputs -> the drafter's context states."""
+        return self.hidden_norm(self.fc(mx.concatenate(features, axis=-1)))
+
+    def __call__(self, block: mx.array, ctx_kv: list[tuple[mx.array, mx.array]], offset: int):
+        h = block
+        for layer, (k, v) in zip(self.layers, ctx_kv, strict=True):
+            h = layer(h, k, v, self.rope, offset)
+        return self.norm(h)
+
+
+def load_dflash(path: str | Path) -> DFlashModel:
+    """Load a z-lab DFlash (v1) or FlashChat DFlash2 checkpoint folder."""
+    folder = Path(path).expanduser()
+    cfg_file = folder / "config.json"
+    if not cfg_file.is_file():
+        raise ModelLoadError(f"{folder.name}: config.json is missing; is this a drafter folder?")
+    try:
+        raw = json.loads(cfg_file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ModelLoadError(f"{folder.name}/config.json is not valid JSON: {exc}") from exc
+    cfg = DFlashConfig.from_dict(raw, f"{folder.name}/config.json")
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise ModelLoadError(f"{folder.name}: no .safetensors weights found.")
+    from engine_mlx.models.loading import check_safetensors
+
+    weights: dict[str, mx.array] = {}
+    for file in files:
+        check_safetensors(file)
+        weights.update(mx.load(str(file)))
+    weights = {k.removeprefix("model."): v for k, v in weights.items()}
+    has_conv_bias = any(k.endswith("local_conv.bias") for k in weights)
+    model = DFlashModel(cfg)
+    if has_conv_bias:
+        for layer in model.layers:
+            if "local_conv" in layer:
+                layer.local_conv.bias = mx.zeros((cfg.hidden_size,))
+    expected = dict(tree_flatten(model.parameters()))
+    missing = sorted(set(expected) - set(weights))
+    if missing:
+        raise ModelLoadError(f"{folder.name}: weights missing: {', '.join(missing[:5])}")
+    for key, value in expected.items():
+        if weights[key].shape != value.shape:
+            raise ModelLoadError(
+                f"{folder.name}: {key} has shape {tuple(weights[key].shape)}, "
+                f"config implies {tuple(value.shape)}"
+            )
+    model.load_weights([(k, v) for k, v in weights.items() if k in expected])
+    mx.eval(model.parameters())
+    return model
+
+
+def save_dflash(model: DFlashModel, path: str | Path, *, v1: bool = False) -> Path:
+    """Write our format (or z-lab's v1 layout, dropping the convolution, with ``v1``)."""
+    folder = Path(path)
+    folder.mkdir(parents=True, exist_ok=True)
+    cfg = model.config
+    weights = dict(tree_flatten(model.parameters()))
+    if v1:
+        weights = {k: v for k, v in weights.items() if ".local_conv." not in k}
+        cfg = replace(cfg, local_conv_kernel=0)
+    (folder / "config.json").write_text(json.dumps(cfg.to_dict(), indent=2))
+    mx.save_safetensors(str(folder / "model.safetensors"), weights, metadata={"format": "mlx"})
+    return folder

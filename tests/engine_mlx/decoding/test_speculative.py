@@ -1,0 +1,166 @@
+"""Speculative decoding is lossless: greedy output equals plain greedy token for token, and
+sampled output equals plain sampling in distribution, on every supported architecture."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import mlx.core as mx
+import pytest
+
+from engine_mlx.decoding.dflash_drafter import DFlashDrafter
+from engine_mlx.decoding.sampling import Sampler, SamplingParams
+from engine_mlx.decoding.selector import AcceptanceCalibrator
+from engine_mlx.decoding.strategies import Speculative
+from engine_mlx.models.target import TargetModel
+from engine_mlx.session import GenerationConfig, Session
+from tests.support.drafters import OracleDrafter, random_dflash
+from tests.support.tiny_models import build_tiny_model
+
+PROMPT = "Hello world, the quick brown fox"
+SPEC_ARCHS = ("llama", "qwen3", "qwen3_5")
+
+
+def _tokens(session: Session, ids: list[int], **kw) -> tuple[int, ...]:
+    finished = list(session.generate(ids, GenerationConfig(ignore_eos=True, **kw)))[-1]
+    assert finished.reason == "max_tokens", finished
+    return finished.tokens
+
+
+@pytest.mark.parametrize("arch", SPEC_ARCHS)
+@pytest.mark.parametrize("conv", [0, 4])
+def test_dflash2_greedy_equals_plain_greedy(arch, conv, tiny_target):
+    target = tiny_target(arch)
+    ids = target.tokenizer.encode(PROMPT)
+    plain = _tokens(Session(target), ids, max_tokens=32)
+    session = Session(target, DFlashDrafter(random_dflash(target, conv=conv), target))
+    for width in (1, 2, 4):
+        for lookup in (True, False):
+            got = _tokens(session, ids, max_tokens=32, mode="dflash2", width=width, lookup=lookup)
+            assert got == plain, (width, lookup)
+
+
+@pytest.mark.parametrize("arch", SPEC_ARCHS)
+def test_oracle_drafter_full_acceptance_and_bonus(arch, tiny_target):
+    target = tiny_target(arch)
+    ids = target.tokenizer.encode(PROMPT)
+    plain = _tokens(Session(target), ids, max_tokens=30)
+    oracle = OracleDrafter(target, block_size=5)
+    for width in (1, 3):
+        events = list(
+            Session(target, oracle).generate(
+                ids,
+                GenerationConfig(
+                    max_tokens=30, mode="dflash2", width=width, lookup=False, ignore_eos=True
+                ),
+            )
+        )
+        finished = events[-1]
+        assert finished.tokens == plain
+        steps = [e for e in events if type(e).__name__ == "Tokens"][1:]
+        # The oracle is always right: every draft accepted, then the bonus token.
+        assert all(e.step.accepted == e.step.committed - 1 for e in steps)
+        assert all(e.step.committed == 5 for e in steps[:-1])  # 4 drafts + the bonus
+        assert finished.stats.acceptance_rate == 1.0
+
+
+def test_lookup_mode_is_lossless(tiny_target):
+    for arch in SPEC_ARCHS:
+        target = tiny_target(arch)
+        ids = target.tokenizer.encode("one two three one two three one two")
+        plain = _tokens(Session(target), ids, max_tokens=40)
+        assert _tokens(Session(target), ids, max_tokens=40, mode="lookup", width=3) == plain
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3_5"])
+def test_cache_after_each_step_equals_plain_cache(arch, tiny_target):
+    """Compaction (and hybrid rollback) leave exactly the committed tokens' states."""
+    target = tiny_target(arch)
+    prompt = target.tokenizer.encode(PROMPT)
+    drafter = DFlashDrafter(random_dflash(target, conv=4), target)
+    cache = target.make_cache()
+    strategy = Speculative(
+        "dflash2",
+        target,
+        cache,
+        Sampler(SamplingParams()),
+        AcceptanceCalibrator(),
+        drafter=drafter,
+        width=4,
+        block_size=5,
+    )
+    out = target.forward(mx.array(prompt), cache, capture=strategy.capture_layers)
+    strategy.observe_prompt(prompt, out.features)
+    strategy.begin(mx.argmax(out.logits[0, -1]))
+    committed: list[int] = []
+    widths = set()
+    for _ in range(8):
+        outcome = strategy.step(limit=100)
+        committed += outcome.tokens
+        widths.add(outcome.stats.width)
+        ref_cache = target.make_cache()
+        target.forward(mx.array(prompt + committed[:-1]), ref_cache)
+        n = len(prompt) + len(committed) - 1
+        assert target.cache_length(cache) == n
+        for ours, theirs in zip(cache, ref_cache, strict=True):
+            if hasattr(ours, "offset"):  # attention layer: the first n rows
+                assert ours.offset == theirs.offset == n
+                assert mx.allclose(ours.keys[..., :n, :], theirs.keys[..., :n, :], atol=1e-4)
+                assert mx.allclose(ours.values[..., :n, :], theirs.values[..., :n, :], atol=1e-4)
+            else:  # recurrent layer: conv state and recurrent state
+                for a, b in zip(ours.cache, theirs.cache, strict=True):
+                    assert mx.allclose(a, b, atol=1e-4)
+    if arch == "llama":
+        assert max(widths) > 1  # trees were really verified
+
+
+def _chi_square_p(counts_a: Counter, counts_b: Counter) -> float:
+    """Two-sample chi-square test of homogeneity; p-value by Wilson-Hilferty."""
+    cats = sorted(set(counts_a) | set(counts_b))
+    na, nb = sum(counts_a.values()), sum(counts_b.values())
+    stat = 0.0
+    for c in cats:
+        tot = counts_a[c] + counts_b[c]
+        for n, obs in ((na, counts_a[c]), (nb, counts_b[c])):
+            exp = tot * n / (na + nb)
+            stat += (obs - exp) ** 2 / exp
+    df = max(1, len(cats) - 1)
+    z = ((stat / df) ** (1 / 3) - (1 - 2 / (9 * df))) / math.sqrt(2 / (9 * df))
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
+@pytest.fixture(scope="module")
+def tiny_vocab_target(tmp_path_factory) -> TargetModel:
+    path = build_tiny_model("qwen3", tmp_path_factory.mktemp("vocab12"), vocab_size=12, seed=3)
+    return TargetModel.load(path)
+
+
+@pytest.mark.parametrize("width", [1, 3])
+def test_sampled_distribution_matches_plain_sampling(width, tiny_vocab_target):
+    target = tiny_vocab_target
+    prompt = [3, 5, 7, 3, 5]
+    params = dict(temperature=0.6, top_k=8)
+    spec_session = Session(target, OracleDrafter(target, block_size=3))
+    plain_session = Session(target)
+    runs = 300
+    plain = [
+        _tokens(plain_session, prompt, max_tokens=3, sampling=SamplingParams(**params, seed=s))
+        for s in range(runs)
+    ]
+    spec, accepted = [], 0
+    for s in range(runs):
+        config = GenerationConfig(
+            max_tokens=3,
+            mode="dflash2",
+            width=width,
+            ignore_eos=True,
+            sampling=SamplingParams(**params, seed=10_000 + s),
+        )
+        finished = list(spec_session.generate(prompt, config))[-1]
+        spec.append(finished.tokens)
+        accepted += finished.stats.accepted
+    for pos in range(3):
+        p = _chi_square_p(Counter(t[pos] for t in plain), Counter(t[pos] for t in spec))
+        assert p > 1e-3, (pos, p)
+    assert accepted > runs // 4  # drafts were really accepted, not just rejected

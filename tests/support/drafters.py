@@ -1,0 +1,70 @@
+"""Drafters for tests: random DFlash models sized for a tiny target, and an oracle."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import mlx.core as mx
+import numpy as np
+
+from engine_mlx.decoding.selector import BlockCandidates
+from engine_mlx.models.dflash import DFlashConfig, DFlashModel
+from engine_mlx.models.target import TargetModel
+
+
+def random_dflash(
+    target: TargetModel, *, layers: int = 2, conv: int = 0, block: int = 6, seed: int = 0
+) -> DFlashModel:
+    spec = target.spec
+    cfg = DFlashConfig(
+        hidden_size=spec.hidden_size,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        intermediate_size=96,
+        vocab_size=spec.vocab_size,
+        num_target_layers=spec.num_layers,
+        target_layer_ids=tuple(range(min(layers, spec.num_layers))),
+        block_size=block,
+        mask_token_id=0,
+        local_conv_kernel=conv,
+    )
+    mx.random.seed(seed)
+    model = DFlashModel(cfg)
+    if conv:
+        for layer in model.layers:
+            layer.local_conv.weight = 0.3 * mx.random.normal(layer.local_conv.weight.shape)
+    mx.eval(model.parameters())
+    return model
+
+
+class OracleDrafter:
+    """Proposes the target's own greedy continuation of the committed context (computed by
+    running the target itself), with the target's runners-up as the other candidates: full
+    acceptance and the bonus path in greedy mode, high acceptance when sampling."""
+
+    capture_layers: tuple[int, ...] = ()
+
+    def __init__(self, target: TargetModel, block_size: int = 5) -> None:
+        self.target = target
+        self.block_size = block_size
+        self.context: list[int] = []
+
+    def reset(self) -> None:
+        self.context = []
+
+    def observe(self, ids: Sequence[int], features: list[mx.array]) -> None:
+        self.context.extend(int(i) for i in ids)
+
+    def propose(self, root: int, depth: int, top_k: int) -> BlockCandidates:
+        cache = self.target.make_cache()
+        logits = self.target.forward(mx.array([*self.context, root]), cache).logits[0, -1]
+        tokens, probs = [], []
+        for _ in range(depth):
+            p = mx.softmax(logits.astype(mx.float32))
+            order = mx.argsort(-p)[:top_k]
+            tokens.append(order.tolist())
+            probs.append(p[order].tolist())
+            logits = self.target.forward(order[:1], cache).logits[0, -1]
+        return BlockCandidates(np.array(tokens), np.array(probs))
