@@ -71,6 +71,7 @@ class DFlashDrafter:
         self.capture_layers = tuple(model.config.target_layer_ids)
         self.block_size = model.config.block_size
         self._cache: list[KVCache] = []
+        self._pending: list[list[mx.array]] = []  # features committed while idle
         self.reset()
 
     @property
@@ -79,10 +80,32 @@ class DFlashDrafter:
 
     def reset(self) -> None:
         self._cache = [KVCache() for _ in self.model.layers]
+        self._pending = []
+
+    @property
+    def lag(self) -> int:
+        """Committed tokens whose features wait for ``catch_up``."""
+        return sum(f[0].shape[1] for f in self._pending)
+
+    def defer(self, features: list[mx.array]) -> None:
+        """Keep features of tokens committed while another mode decodes (cheap: no drafter
+        work); ``catch_up`` projects them all in one pass when the drafter is needed."""
+        self._pending.append(features)
+
+    def catch_up(self) -> None:
+        if not self._pending:
+            return
+        joined = [mx.concatenate(parts, axis=1) for parts in zip(*self._pending, strict=True)]
+        self._pending = []
+        self._project(joined)
 
     def observe(self, ids: Sequence[int], features: list[mx.array]) -> None:
         if not ids:
             return
+        self.catch_up()
+        self._project(features)
+
+    def _project(self, features: list[mx.array]) -> None:
         ctx = self.model.project_context(features)
         offset = self.context_length
         for layer, cache in zip(self.model.layers, self._cache, strict=True):
@@ -91,6 +114,7 @@ class DFlashDrafter:
 
     def block_logits(self, root: int, depth: int) -> mx.array:
         """Logits [depth, vocab] for the masked positions after ``root``."""
+        self.catch_up()
         block = mx.array([[root] + [self.mask_id] * depth])
         if self.context_length == 0:
             raise RuntimeError("the drafter has no context yet: observe the prompt first")

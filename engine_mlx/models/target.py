@@ -22,6 +22,7 @@ from mlx_lm.models.cache import ArraysCache, KVCache, make_prompt_cache
 
 from engine_mlx.backend import compute_dtype
 from engine_mlx.errors import ModelLoadError
+from engine_mlx.models import attention
 from engine_mlx.models.loading import ModelSpec, validate_model_folder
 
 
@@ -80,6 +81,13 @@ class TargetModel:
             if attn is not None and not isinstance(attn.rope, PositionedRoPE):
                 attn.rope = PositionedRoPE(attn.rope, self._positions)
         self.is_hybrid = any(getattr(layer, "is_linear", False) for layer in self.layers)
+        attention.install(
+            {
+                type(layer.self_attn).__module__
+                for layer in self.layers
+                if hasattr(layer, "self_attn")
+            }
+        )
         self.dtype = self.inner.embed_tokens.weight.dtype
 
     # ----------------------------------------------------------------- loading
@@ -137,16 +145,19 @@ class TargetModel:
         if mask is not None and self.is_hybrid and positions is None:
             raise ValueError("an explicit mask needs explicit positions")
         attn_mask = mask if mask is not None else self._causal_mask(h, cache)
+        if isinstance(attn_mask, mx.array) and attention.numpy_path_available():
+            attn_mask = attention.to_additive(attn_mask)  # converted once, not per layer
         ssm_mask = create_ssm_mask(h, self._first(cache, ArraysCache)) if self.is_hybrid else None
         wanted = set(capture)
         captured: dict[int, mx.array] = {}
         self._positions.positions = None if positions is None else positions.astype(mx.int32)
         try:
-            for lid, (layer, layer_cache) in enumerate(zip(self.layers, cache, strict=True)):
-                layer_mask = ssm_mask if getattr(layer, "is_linear", False) else attn_mask
-                h = layer(h, layer_mask, layer_cache)
-                if lid in wanted:
-                    captured[lid] = h
+            with attention.active():
+                for lid, (layer, layer_cache) in enumerate(zip(self.layers, cache, strict=True)):
+                    layer_mask = ssm_mask if getattr(layer, "is_linear", False) else attn_mask
+                    h = layer(h, layer_mask, layer_cache)
+                    if lid in wanted:
+                        captured[lid] = h
         finally:
             self._positions.positions = None
         if last_only:

@@ -163,3 +163,20 @@ def test_broken_drafter_folders(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 8}))
     with pytest.raises(ModelLoadError, match="not a DFlash drafter config"):
         load_dflash(tmp_path)
+
+
+def test_catch_up_equals_observing_as_you_go(tiny_target):
+    """Features deferred while the drafter sat idle give the same context as observing."""
+    target = tiny_target("llama")
+    model = random_dflash(target, conv=4)
+    live, idle = DFlashDrafter(model, target), DFlashDrafter(model, target)
+    ids = target.tokenizer.encode("The quick brown fox jumps over the lazy dog")
+    cache = target.make_cache()
+    chunks = [ids[:5], ids[5:6], ids[6:9], ids[9:]]
+    for i, chunk in enumerate(chunks):
+        feats = target.forward(mx.array(chunk), cache, capture=live.capture_layers).features
+        live.observe(chunk, feats)
+        (idle.observe if i == 0 else lambda _ids, f: idle.defer(f))(chunk, feats)
+    assert idle.lag == len(ids) - 5 and idle.context_length == 5
+    assert mx.allclose(live.block_logits(7, 3), idle.block_logits(7, 3), atol=1e-5)
+    assert idle.lag == 0 and idle.context_length == live.context_length == len(ids)
