@@ -12,6 +12,7 @@ import engine_mlx  # noqa: F401  (OpenBLAS before mlx)
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="flashchat")
     parser.add_argument("--model", default="", help="model folder (default: the demo model)")
+    parser.add_argument("--drafter", default="", help="DFlash drafter folder")
     args = parser.parse_args(argv)
     if sys.platform.startswith("linux") and not (
         os.environ.get("DISPLAY")
@@ -29,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
 
     qt_app = QApplication(sys.argv[:1])
     qt_app.setApplicationName("FlashChat")
-    window = MainWindow(args.model)
+    window = MainWindow(args.model, args.drafter)
     window.show()
     return qt_app.exec()
 

@@ -1,6 +1,6 @@
 """The one place where engine events become Qt signals.
 
-The worker lives on its own QThread: loading a model and generating (all MLX work) happen
+The worker lives on its own QThread: loading models and generating (all MLX work) happen
 there, never on the GUI thread. Token events are coalesced to about 30 updates per second so
 rendering cannot slow decoding. Stopping is a ``threading.Event`` set directly from the GUI
 thread, because the worker's event loop is busy while it generates.
@@ -12,26 +12,50 @@ import threading
 import time
 import traceback
 from pathlib import Path
+from typing import Any
 
 from PySide6.QtCore import QObject, Signal, Slot
 
 import engine_mlx  # noqa: F401  (OpenBLAS before mlx)
-from engine_mlx.api import encode_prompt, load_target
+from engine_mlx.api import encode_prompt, load_drafter, load_target
+from engine_mlx.backend import backend_info
 from engine_mlx.decoding.sampling import SamplingParams
 from engine_mlx.errors import EngineError
-from engine_mlx.events import Error, Finished, Started, Tokens
+from engine_mlx.events import Error, Finished, ModeSwitch, Started, Tokens
 from engine_mlx.session import GenerationConfig, Session
 
 UPDATE_INTERVAL_S = 1 / 30
 
 
-class EngineWorker(QObject):
-    """Owns the model and the session; every slot runs on the worker thread."""
+class LiveTotals:
+    """Running tau and acceptance of the generation in progress (the stats definitions)."""
 
-    model_loaded = Signal(str, str)  # model name, backend description
-    started = Signal(int)  # prompt tokens
-    text_delta = Signal(str, float, int)  # text, live tok/s, context depth
-    finished = Signal(str, dict)  # reason, stats
+    def __init__(self) -> None:
+        self.steps = self.committed = self.tested = self.accepted = 0
+
+    def add(self, event: Tokens) -> None:
+        self.steps += 1
+        self.committed += event.step.committed
+        self.tested += event.step.tested
+        self.accepted += event.step.accepted
+
+    @property
+    def tau(self) -> float:
+        return self.committed / self.steps if self.steps else 0.0
+
+    @property
+    def acceptance(self) -> float | None:
+        return self.accepted / self.tested if self.tested else None
+
+
+class EngineWorker(QObject):
+    """Owns the model, the drafter and the session; every slot runs on the worker thread."""
+
+    model_loaded = Signal(dict)  # name, backend, max_context, modes, drafter
+    started = Signal(int, str)  # prompt tokens, mode
+    segments = Signal(list, dict)  # [(text, from_draft)], live: tps, depth, tau, acceptance, mode
+    mode_switched = Signal(str, str, str)  # from, to, reason
+    finished = Signal(str, dict, str)  # reason, stats, full text
     error = Signal(str)
 
     def __init__(self) -> None:
@@ -44,14 +68,15 @@ class EngineWorker(QObject):
         """Thread-safe: called from the GUI thread."""
         self._cancel.set()
 
-    @Slot(str)
-    def load_model(self, path: str) -> None:
+    @Slot(str, str)
+    def load_model(self, path: str, drafter_path: str = "") -> None:
         try:
             if not path:
                 from engine_mlx.demo import ensure_demo_model
 
                 path = str(ensure_demo_model())
             target = load_target(Path(path))
+            drafter = load_drafter(Path(drafter_path), target) if drafter_path else None
         except EngineError as exc:
             self.error.emit(str(exc))
             return
@@ -59,47 +84,89 @@ class EngineWorker(QObject):
             traceback.print_exc()
             self.error.emit(f"Could not load the model: {exc}")
             return
-        self._session = Session(target)
-        from engine_mlx.backend import backend_info
+        self._session = Session(target, drafter)
+        modes = ["ar", "lookup"] + (["dflash2"] if drafter else [])
+        self.model_loaded.emit(
+            {
+                "name": target.spec.name,
+                "path": str(target.spec.path),
+                "backend": backend_info(target.dtype).describe(),
+                "max_context": target.spec.max_context,
+                "modes": modes,
+                "drafter": Path(drafter_path).name if drafter_path else "",
+                "drafter_path": str(Path(drafter_path)) if drafter_path else "",
+            }
+        )
 
-        self.model_loaded.emit(target.spec.name, backend_info(target.dtype).describe())
-
-    @Slot(str, int, float)
-    def generate(self, prompt: str, max_tokens: int, temperature: float) -> None:
+    @Slot(list, dict)
+    def generate(self, messages: list[dict[str, str]], settings: dict[str, Any]) -> None:
         self.generation_thread_id = threading.get_ident()
         if self._session is None:
             self.error.emit("No model is loaded yet.")
             return
         self._cancel.clear()
         try:
-            ids = encode_prompt(self._session.target, prompt)
-            config = GenerationConfig(
-                max_tokens=max_tokens, sampling=SamplingParams(temperature=temperature)
-            )
-            self._stream(ids, config)
-        except EngineError as exc:
+            ids = encode_prompt(self._session.target, messages)
+            self._stream(ids, self._config(settings))
+        except (EngineError, ValueError) as exc:
             self.error.emit(str(exc))
+        except MemoryError:
+            self.error.emit("Out of memory: close other apps or choose a smaller model.")
         except Exception as exc:
             traceback.print_exc()
             self.error.emit(f"Generation failed: {exc}")
 
+    def _config(self, settings: dict[str, Any]) -> GenerationConfig:
+        mode = settings.get("mode", "ar")
+        if mode == "dflash2" and self._session.drafter is None:
+            mode = "lookup"
+        block = int(settings.get("block_size") or 0) or None
+        return GenerationConfig(
+            max_tokens=int(settings.get("max_tokens", 512)),
+            sampling=SamplingParams(
+                temperature=float(settings.get("temperature", 0.0)),
+                top_p=float(settings.get("top_p", 1.0)),
+                top_k=int(settings.get("top_k", 0)),
+                seed=settings.get("seed"),
+            ),
+            mode=mode,
+            width=int(settings.get("draft_width", 1)),
+            block_size=block,
+        )
+
     def _stream(self, ids: list[int], config: GenerationConfig) -> None:
-        pending, shown, last_emit, live, depth = "", 0, 0.0, 0.0, 0
+        pending: list[tuple[str, bool]] = []
+        shown = 0  # characters already sent to the window
+        totals = LiveTotals()
+        last_emit = 0.0
+        live: dict[str, Any] = {}
         for event in self._session.generate(ids, config, self._cancel):
             if isinstance(event, Started):
-                self.started.emit(event.prompt_tokens)
+                self.started.emit(event.prompt_tokens, event.mode)
             elif isinstance(event, Tokens):
-                pending += event.text
-                live, depth = event.live_tps, event.context_depth
+                totals.add(event)
+                pending.extend(seg for seg in event.segments if seg[0])
+                live = {
+                    "tps": event.live_tps,
+                    "depth": event.context_depth,
+                    "tau": totals.tau,
+                    "acceptance": totals.acceptance,
+                    "mode": event.step.mode,
+                }
                 now = time.perf_counter()
-                if pending and now - last_emit >= UPDATE_INTERVAL_S:
-                    self.text_delta.emit(pending, live, depth)
-                    shown += len(pending)
-                    pending, last_emit = "", now
+                if now - last_emit >= UPDATE_INTERVAL_S:
+                    self.segments.emit(pending, live)
+                    shown += sum(len(t) for t, _ in pending)
+                    pending, last_emit = [], now
+            elif isinstance(event, ModeSwitch):
+                self.mode_switched.emit(event.from_mode, event.to_mode, event.reason)
             elif isinstance(event, Finished):
-                rest = event.text[shown:]  # coalesced text plus the detokenizer's tail
-                if rest:
-                    self.text_delta.emit(rest, live, depth)
-                self.finished.emit(event.reason, event.stats.to_json())
+                shown += sum(len(t) for t, _ in pending)
+                tail = event.text[shown:]  # the detokenizer's last bytes, never in a step
+                if tail:
+                    pending.append((tail, False))
+                if pending:
+                    self.segments.emit(pending, live)
+                self.finished.emit(event.reason, event.stats.to_json(), event.text)
             elif isinstance(event, Error):
                 self.error.emit(event.message)

@@ -1,38 +1,150 @@
-"""The first window: a prompt box, a streamed reply, and the live decode speed.
+"""FlashChat's main window: conversations | chat | live speed panel.
 
-(The full app — conversations, the speed panel, settings — builds on this window.)
+The window owns the conversation store (GUI thread) and talks to the engine only through the
+worker on its QThread: requests go out as queued signals, results come back as signals.
 """
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, QThread, Signal, Slot
-from PySide6.QtGui import QKeySequence, QShortcut, QTextCursor
+from dataclasses import asdict, replace
+from pathlib import Path
+
+from PySide6.QtCore import QByteArray, Qt, QThread, Signal, Slot
+from PySide6.QtGui import QCloseEvent, QIcon, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QMainWindow,
     QPlainTextEdit,
+    QProgressBar,
     QPushButton,
-    QSpinBox,
-    QTextBrowser,
+    QSplitter,
     QVBoxLayout,
     QWidget,
 )
 
 from app.engine_worker import EngineWorker
+from app.settings_dialog import SettingsDialog
+from app.storage import (
+    AppSettings,
+    ConversationStore,
+    default_database_path,
+    load_settings,
+    save_settings,
+)
+from app.widgets.chat_view import ChatView
+from app.widgets.conversation_list import ConversationList
+from app.widgets.model_bar import ModelBar
+from app.widgets.speed_panel import SpeedPanel
+
+ICON = Path(__file__).resolve().parents[1] / "resources" / "icons" / "flashchat.svg"
+CONTEXT_WARNING = 0.9  # warn when the conversation fills this share of the context
 
 
 class MainWindow(QMainWindow):
-    """Sends prompts to the worker thread and renders what comes back."""
+    request_load = Signal(str, str)
+    request_generate = Signal(list, dict)
 
-    request_load = Signal(str)
-    request_generate = Signal(str, int, float)
-
-    def __init__(self, model_path: str = "") -> None:
+    def __init__(
+        self, model_path: str = "", drafter_path: str = "", db_path: Path | None = None
+    ) -> None:
         super().__init__()
         self.setWindowTitle("FlashChat")
-        self.resize(1000, 700)
+        if ICON.is_file():
+            self.setWindowIcon(QIcon(str(ICON)))
+        self.store = ConversationStore(db_path or default_database_path())
+        self.settings: AppSettings = load_settings(self.store)
+        self.conversation_id: int | None = None
+        self.max_context = 0
+        self.generating = False
+        self.available_modes: list[str] = []
         self._build_ui()
+        self._start_worker()
+        if self.settings.window_geometry:
+            self.restoreGeometry(QByteArray.fromBase64(self.settings.window_geometry.encode()))
+        else:
+            self.resize(1280, 800)
+        self.model_bar.status.setText("Loading model…")
+        self.request_load.emit(model_path, drafter_path)
+
+    # ---------------------------------------------------------------- layout
+    def _build_ui(self) -> None:
+        self.conversations = ConversationList(self.store, self)
+        self.model_bar = ModelBar(self)
+        self.chat = ChatView(self)
+        self.chat.set_colour_draft(self.settings.colour_draft_tokens)
+        self.error_label = QLabel(self)
+        self.error_label.setAccessibleName("Error")
+        self.error_label.setWordWrap(True)
+        self.error_label.setStyleSheet(
+            "QLabel { color: #ffffff; background: #c0392b; padding: 6px; border-radius: 4px; }"
+        )
+        self.error_label.hide()
+        self.prompt_edit = QPlainTextEdit(self)
+        self.prompt_edit.setAccessibleName("Prompt")
+        self.prompt_edit.setPlaceholderText("Message FlashChat…  (Ctrl+Enter sends, Esc stops)")
+        self.prompt_edit.setMaximumHeight(90)
+        self.context_meter = QProgressBar(self)
+        self.context_meter.setAccessibleName("Context used")
+        self.context_meter.setTextVisible(True)
+        self.context_meter.setFormat("context –")
+        self.context_note = QLabel(self)
+        self.context_note.setAccessibleName("Context warning")
+        self.context_note.hide()
+        self.send_button = QPushButton("Send", self)
+        self.send_button.setAccessibleName("Send")
+        self.send_button.setEnabled(False)
+        self.send_button.setDefault(True)
+        self.stop_button = QPushButton("Stop", self)
+        self.stop_button.setAccessibleName("Stop")
+        self.stop_button.setEnabled(False)
+        self.settings_button = QPushButton("Settings…", self)
+        self.settings_button.setAccessibleName("Settings")
+        self.panel = SpeedPanel(self)
+        self.panel.set_auto(self.settings.forced_mode == "auto")
+        self.panel.set_forced_mode(self.settings.forced_mode)
+
+        row = QHBoxLayout()
+        row.addWidget(self.context_meter, 1)
+        row.addWidget(self.settings_button)
+        row.addWidget(self.stop_button)
+        row.addWidget(self.send_button)
+        center = QWidget(self)
+        col = QVBoxLayout(center)
+        col.setContentsMargins(0, 0, 0, 0)
+        col.addWidget(self.model_bar)
+        col.addWidget(self.error_label)
+        col.addWidget(self.chat, 1)
+        col.addWidget(self.context_note)
+        col.addWidget(self.prompt_edit)
+        col.addLayout(row)
+        splitter = QSplitter(Qt.Orientation.Horizontal, self)
+        splitter.addWidget(self.conversations)
+        splitter.addWidget(center)
+        splitter.addWidget(self.panel)
+        splitter.setStretchFactor(1, 1)
+        splitter.setSizes([220, 760, 300])
+        self.setCentralWidget(splitter)
+
+        self.send_button.clicked.connect(self.send)
+        self.stop_button.clicked.connect(self.stop)
+        self.settings_button.clicked.connect(self.open_settings)
+        self.conversations.selected.connect(self.open_conversation)
+        self.conversations.new_requested.connect(self.new_chat)
+        self.conversations.deleted.connect(self._on_deleted)
+        self.chat.regenerate_requested.connect(self.regenerate)
+        self.chat.edit_requested.connect(self.edit_message)
+        self.chat.copied.connect(lambda _t: self.statusBar().showMessage("Copied", 2000))
+        self.panel.auto_toggled.connect(self._on_auto_toggled)
+        self.panel.forced_mode_changed.connect(self._on_forced_mode)
+        self.model_bar.load_requested.connect(self._load)
+        QShortcut(QKeySequence("Ctrl+Return"), self, activated=self.send)
+        QShortcut(QKeySequence(Qt.Key.Key_Escape), self, activated=self.stop)
+        QShortcut(QKeySequence.StandardKey.New, self, activated=self.new_chat)
+        search = self.conversations.search_box
+        QShortcut(QKeySequence.StandardKey.Find, self, activated=search.setFocus)
+
+    def _start_worker(self) -> None:
         self._thread = QThread(self)
         self._thread.setObjectName("engine-worker")
         self.worker = EngineWorker()
@@ -41,112 +153,206 @@ class MainWindow(QMainWindow):
         self.request_generate.connect(self.worker.generate)
         self.worker.model_loaded.connect(self._on_loaded)
         self.worker.started.connect(self._on_started)
-        self.worker.text_delta.connect(self._on_text)
+        self.worker.segments.connect(self._on_segments)
+        self.worker.mode_switched.connect(self.panel.mode_switched)
         self.worker.finished.connect(self._on_finished)
         self.worker.error.connect(self._on_error)
         self._thread.start()
-        self.model_label.setText("Loading model…")
-        self.request_load.emit(model_path)
 
-    def _build_ui(self) -> None:
-        central = QWidget(self)
-        layout = QVBoxLayout(central)
-        self.model_label = QLabel(self)
-        self.model_label.setAccessibleName("Loaded model")
-        self.reply_view = QTextBrowser(self)
-        self.reply_view.setAccessibleName("Reply")
-        self.reply_view.setPlaceholderText("The reply streams here.")
-        self.prompt_edit = QPlainTextEdit(self)
-        self.prompt_edit.setAccessibleName("Prompt")
-        self.prompt_edit.setPlaceholderText("Ask something… (Ctrl+Enter sends, Esc stops)")
-        self.prompt_edit.setMaximumHeight(120)
-        self.max_tokens = QSpinBox(self)
-        self.max_tokens.setRange(1, 8192)
-        self.max_tokens.setValue(256)
-        self.max_tokens.setPrefix("max tokens ")
-        self.max_tokens.setAccessibleName("Maximum tokens")
-        self.send_button = QPushButton("Send", self)
-        self.send_button.setAccessibleName("Send")
+    # ------------------------------------------------------------- actions
+    def _load(self, target: str, drafter: str) -> None:
+        if self.generating:
+            self.stop()
         self.send_button.setEnabled(False)
-        self.stop_button = QPushButton("Stop", self)
-        self.stop_button.setAccessibleName("Stop")
-        self.stop_button.setEnabled(False)
-        self.speed_label = QLabel("–", self)
-        self.speed_label.setAccessibleName("Decode speed")
-        self.error_label = QLabel(self)
-        self.error_label.setAccessibleName("Error")
-        self.error_label.setWordWrap(True)
-        self.error_label.setStyleSheet("color: #c0392b;")
-        self.error_label.hide()
+        self.request_load.emit(target, drafter)
 
-        row = QHBoxLayout()
-        row.addWidget(self.speed_label, 1)
-        row.addWidget(self.max_tokens)
-        row.addWidget(self.stop_button)
-        row.addWidget(self.send_button)
-        layout.addWidget(self.model_label)
-        layout.addWidget(self.reply_view, 1)
-        layout.addWidget(self.error_label)
-        layout.addWidget(self.prompt_edit)
-        layout.addLayout(row)
-        self.setCentralWidget(central)
+    @Slot()
+    def new_chat(self) -> None:
+        if self.generating:
+            return
+        self.conversation_id = None
+        self.conversations.list.clearSelection()
+        self.conversations.list.setCurrentItem(None)
+        self.chat.clear()
+        self._update_context(0)
+        self.prompt_edit.setFocus()
 
-        self.send_button.clicked.connect(self.send)
-        self.stop_button.clicked.connect(self.stop)
-        QShortcut(QKeySequence("Ctrl+Return"), self, activated=self.send)
-        QShortcut(QKeySequence(Qt.Key.Key_Escape), self, activated=self.stop)
+    @Slot(int)
+    def open_conversation(self, conversation_id: int) -> None:
+        if self.generating:
+            if conversation_id != self.conversation_id and self.conversation_id is not None:
+                self.conversations.select(self.conversation_id, emit=False)
+            return
+        self.conversation_id = conversation_id
+        self.chat.clear()
+        for msg in self.store.messages(conversation_id):
+            if msg.role != "system":
+                self.chat.add_message(msg.role, msg.content, msg.id, msg.stats)
+        last = next(
+            (m.stats for m in reversed(self.store.messages(conversation_id)) if m.stats), None
+        )
+        self._update_context(int(last.get("context_depth", 0)) if last else 0)
 
     @Slot()
     def send(self) -> None:
-        prompt = self.prompt_edit.toPlainText().strip()
-        if not prompt or not self.send_button.isEnabled():
+        text = self.prompt_edit.toPlainText().strip()
+        if not text or self.generating or not self.send_button.isEnabled():
             return
+        if self.conversation_id is None:
+            title = text.splitlines()[0][:60]
+            self.conversation_id = self.store.create_conversation(title).id
+            self.conversations.refresh()
+            self.conversations.select(self.conversation_id, emit=False)
+        message = self.store.add_message(self.conversation_id, "user", text)
+        self.chat.add_message("user", text, message.id)
+        self.prompt_edit.clear()
+        self._generate()
+
+    def _generate(self) -> None:
+        history = [
+            {"role": m.role, "content": m.content}
+            for m in self.store.messages(self.conversation_id)
+            if m.role in ("user", "assistant")
+        ]
+        if self.settings.system_prompt:
+            history.insert(0, {"role": "system", "content": self.settings.system_prompt})
         self.error_label.hide()
-        self.reply_view.clear()
+        self.generating = True
         self.send_button.setEnabled(False)
         self.stop_button.setEnabled(True)
-        self.speed_label.setText("prefilling…")
-        self.request_generate.emit(prompt, self.max_tokens.value(), 0.0)
+        self.chat.start_assistant()
+        self.request_generate.emit(history, self._generation_settings())
+
+    def _generation_settings(self) -> dict:
+        s = asdict(self.settings)
+        s["mode"] = self._mode()
+        return s
+
+    def _mode(self) -> str:
+        """The mode for the next reply: the forced one, or auto's choice."""
+        forced = self.settings.forced_mode
+        if forced != "auto":
+            return forced
+        return "dflash2" if "dflash2" in self.available_modes else "ar"
 
     @Slot()
     def stop(self) -> None:
-        self.worker.cancel()
-
-    @Slot(str, str)
-    def _on_loaded(self, name: str, backend: str) -> None:
-        self.model_label.setText(f"<b>{name}</b> — {backend}")
-        self.send_button.setEnabled(True)
+        if self.generating:
+            self.worker.cancel()
 
     @Slot(int)
-    def _on_started(self, prompt_tokens: int) -> None:
-        self.speed_label.setText(f"prefilling {prompt_tokens} tokens…")
+    def regenerate(self, message_id: int) -> None:
+        if self.generating or self.conversation_id is None:
+            return
+        self.store.delete_messages_from(self.conversation_id, message_id)
+        self.open_conversation(self.conversation_id)
+        self._generate()
 
-    @Slot(str, float, int)
-    def _on_text(self, text: str, live_tps: float, depth: int) -> None:
-        cursor = self.reply_view.textCursor()
-        cursor.movePosition(QTextCursor.MoveOperation.End)
-        cursor.insertText(text)
-        self.reply_view.setTextCursor(cursor)
-        self.speed_label.setText(f"{live_tps:.1f} tok/s · context {depth}")
+    @Slot(int)
+    def edit_message(self, message_id: int) -> None:
+        if self.generating or self.conversation_id is None:
+            return
+        text = self.chat.message_text(message_id)
+        self.store.delete_messages_from(self.conversation_id, message_id)
+        self.open_conversation(self.conversation_id)
+        self.prompt_edit.setPlainText(text)
+        self.prompt_edit.setFocus()
 
-    @Slot(str, dict)
-    def _on_finished(self, reason: str, stats: dict) -> None:
+    @Slot()
+    def open_settings(self) -> None:
+        dialog = SettingsDialog(self.settings, self)
+        if dialog.exec():
+            self.settings = dialog.result_settings()
+            save_settings(self.store, self.settings)
+
+    def _on_auto_toggled(self, enabled: bool) -> None:
+        self._on_forced_mode("auto" if enabled else self._mode())
+
+    def _on_forced_mode(self, mode: str) -> None:
+        self.settings = replace(self.settings, forced_mode=mode)
+        self.panel.set_auto(mode == "auto")
+        self.panel.set_forced_mode(mode)
+        save_settings(self.store, self.settings)
+
+    def _on_deleted(self, conversation_id: int) -> None:
+        if conversation_id == self.conversation_id:
+            self.new_chat()
+
+    # ------------------------------------------------------------- worker events
+    @Slot(dict)
+    def _on_loaded(self, info: dict) -> None:
+        self.available_modes = list(info["modes"])
+        self.max_context = int(info["max_context"])
+        self.model_bar.show_loaded(info)
+        self.panel.set_available_modes(self.available_modes)
+        self.panel.set_max_context(self.max_context)
+        self.panel.set_forced_mode(self.settings.forced_mode)
+        self.statusBar().showMessage(info["backend"])
+        self.send_button.setEnabled(True)
+        self.error_label.hide()
+
+    @Slot(int, str)
+    def _on_started(self, prompt_tokens: int, mode: str) -> None:
+        self.panel.generation_started(prompt_tokens, mode)
+        self._update_context(prompt_tokens)
+
+    @Slot(list, dict)
+    def _on_segments(self, segments: list, live: dict) -> None:
+        self.chat.append_assistant([(str(t), bool(d)) for t, d in segments])
+        if live:
+            self.panel.update_live(
+                live["tps"], live["depth"], live["tau"], live["acceptance"], live["mode"]
+            )
+            self._update_context(int(live["depth"]))
+
+    @Slot(str, dict, str)
+    def _on_finished(self, reason: str, stats: dict, text: str) -> None:
+        self.generating = False
+        stats = {**stats, "reason": reason}
+        message_id = -1
+        if self.conversation_id is not None and text:
+            message_id = self.store.add_message(self.conversation_id, "assistant", text, stats).id
+            self.conversations.refresh()
+        self.chat.finish_assistant(message_id, stats, reason)
+        self.panel.generation_finished(stats)
+        self._update_context(int(stats.get("context_depth", 0)))
         self.send_button.setEnabled(True)
         self.stop_button.setEnabled(False)
-        self.speed_label.setText(
-            f"{stats['decode_tps']:.1f} tok/s · {stats['generated_tokens']} tokens · "
-            f"TTFT {stats['ttft_s'] * 1000:.0f} ms · {reason.replace('_', ' ')}"
-        )
 
     @Slot(str)
     def _on_error(self, message: str) -> None:
         self.error_label.setText(message)
         self.error_label.show()
+        if self.generating:
+            self.generating = False
+            self.chat.finish_assistant(-1, None, "cancelled")
         self.stop_button.setEnabled(False)
-        self.send_button.setEnabled(self.model_label.text().startswith("<b>"))
+        self.send_button.setEnabled(bool(self.available_modes))
+        if not self.available_modes:
+            self.model_bar.status.setText("No model loaded")
 
-    def closeEvent(self, event) -> None:
+    def _update_context(self, depth: int) -> None:
+        if self.max_context <= 0:
+            return
+        self.context_meter.setRange(0, self.max_context)
+        self.context_meter.setValue(min(depth, self.max_context))
+        self.context_meter.setFormat(f"context {depth:,} / {self.max_context:,}")
+        share = depth / self.max_context
+        if share >= CONTEXT_WARNING:
+            self.context_note.setText(
+                f"The conversation fills {share:.0%} of the model's context: start a new chat "
+                "soon, or the reply will be cut short."
+            )
+            self.context_note.show()
+        else:
+            self.context_note.hide()
+
+    def closeEvent(self, event: QCloseEvent) -> None:
         self.worker.cancel()
+        geometry = bytes(self.saveGeometry().toBase64()).decode()
+        self.settings = replace(self.settings, window_geometry=geometry)
+        save_settings(self.store, self.settings)
         self._thread.quit()
-        self._thread.wait(5000)
+        self._thread.wait(10000)
+        self.store.close()
         super().closeEvent(event)

@@ -36,6 +36,7 @@ class Tokens:
     step: StepStats
     live_tps: float
     context_depth: int
+    segments: tuple[tuple[str, bool], ...] = ()  # text split by whether it came from drafts
 
 
 @dataclass(frozen=True)

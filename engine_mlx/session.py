@@ -167,11 +167,16 @@ class Session:
             tokens.extend(new)
             depth += len(new)
             live = stats.record(step_stats, depth)
-            text = stops.feed(detok.add(new)) if new else ""
-            text_parts.append(text)
-            yield Tokens(
-                text, tuple(new), tuple(outcome.from_draft[: len(new)]), step_stats, live, depth
+            flags = outcome.from_draft[: len(new)]
+            n_draft = sum(flags)  # drafted tokens come first, the target's own token last
+            segments = tuple(
+                (stops.feed(detok.add(part)), is_draft)
+                for part, is_draft in ((new[:n_draft], True), (new[n_draft:], False))
+                if part
             )
+            text = "".join(seg for seg, _ in segments)
+            text_parts.append(text)
+            yield Tokens(text, tuple(new), tuple(flags), step_stats, live, depth, segments)
             if hit_eos is not None:
                 reason = "eos"
                 break

@@ -1,54 +1,138 @@
-"""The first window streams a reply from the engine running on a worker thread."""
+"""The main window end to end: a real tiny model on the worker thread, a real SQLite file."""
 
 from __future__ import annotations
 
 import threading
 
 import pytest
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QLabel
 
 from app.main_window import MainWindow
 
 
 @pytest.fixture
-def window(qtbot, tiny_model_dir):
-    win = MainWindow(str(tiny_model_dir("qwen3")))
-    qtbot.addWidget(win)
-    qtbot.waitUntil(lambda: win.send_button.isEnabled(), timeout=30000)
-    yield win
-    win.close()
+def make_window(qtbot, tiny_model_dir, tmp_path):
+    windows = []
+
+    def make(model: str | None = None) -> MainWindow:
+        win = MainWindow(
+            model if model is not None else str(tiny_model_dir("qwen3")),
+            db_path=tmp_path / "chats.sqlite3",
+        )
+        qtbot.addWidget(win)
+        win.show()
+        windows.append(win)
+        if model is None:
+            qtbot.waitUntil(lambda: win.send_button.isEnabled(), timeout=30000)
+        return win
+
+    yield make
+    for win in windows:
+        if win.isVisible():
+            win.close()
 
 
-def test_streams_a_reply_on_a_worker_thread(qtbot, window):
-    assert "tiny_qwen3" in window.model_label.text()
-    deltas: list[str] = []
-    window.worker.text_delta.connect(lambda text, *_: deltas.append(text))
-    window.prompt_edit.setPlainText("Hello there")
-    window.max_tokens.setValue(40)
-    with qtbot.waitSignal(window.worker.finished, timeout=30000) as blocker:
-        window.send_button.click()
-    reason, stats = blocker.args
+def _send(qtbot, win: MainWindow, text: str, max_tokens: int = 24) -> tuple[str, dict, str]:
+    from dataclasses import replace
+
+    win.settings = replace(win.settings, max_tokens=max_tokens, temperature=0.0)
+    win.prompt_edit.setPlainText(text)
+    with qtbot.waitSignal(win.worker.finished, timeout=60000) as blocker:
+        win.send_button.click()
+    qtbot.waitUntil(lambda: not win.generating, timeout=5000)
+    return tuple(blocker.args)
+
+
+def test_send_streams_reply_with_stats(qtbot, make_window):
+    win = make_window()
+    streamed: list[str] = []
+    win.worker.segments.connect(lambda segs, _live: streamed.extend(t for t, _ in segs))
+    reason, stats, text = _send(qtbot, win, "Hello there")
     assert reason in ("eos", "max_tokens")
+    assert "".join(streamed) == text
     assert stats["generated_tokens"] >= 1
-    assert window.reply_view.toPlainText() == "".join(deltas)
-    assert "tok/s" in window.speed_label.text()
-    assert window.worker.generation_thread_id not in (None, threading.get_ident())
+    messages = win.store.messages(win.conversation_id)
+    assert [m.role for m in messages] == ["user", "assistant"]
+    assert messages[1].content == text and messages[1].stats["decode_tps"] == stats["decode_tps"]
+    assert win.panel.current_mode() in ("ar", "dflash2", "lookup")
+    assert win.conversations.list.count() == 1
+    assert win.worker.generation_thread_id not in (None, threading.get_ident())
 
 
-def test_stop_cancels(qtbot, window):
-    window.prompt_edit.setPlainText("Hello")
-    window.max_tokens.setValue(8000)
-    window.worker.text_delta.connect(lambda *_: window.stop())
-    with qtbot.waitSignal(window.worker.finished, timeout=30000) as blocker:
-        window.send_button.click()
-    reason, stats = blocker.args
-    assert reason in ("cancelled", "eos", "context_full")
-    assert stats["generated_tokens"] < 8000
+def test_stop_mid_reply(qtbot, make_window):
+    win = make_window()
+    first = []
+    win.worker.segments.connect(lambda *_: first or (first.append(1), win.stop()))
+    reason, stats, _text = _send(qtbot, win, "Tell me a long story", max_tokens=400)
+    assert reason in ("cancelled", "eos")
+    if reason == "cancelled":
+        assert stats["generated_tokens"] < 400
+    assert not win.stop_button.isEnabled() and win.send_button.isEnabled()
 
 
-def test_load_error_is_shown(qtbot, tmp_path):
-    win = MainWindow(str(tmp_path / "missing-model"))
-    qtbot.addWidget(win)
+def test_regenerate_replaces_the_reply(qtbot, make_window):
+    win = make_window()
+    _send(qtbot, win, "Hi")
+    reply = win.store.messages(win.conversation_id)[-1]
+    with qtbot.waitSignal(win.worker.finished, timeout=60000):
+        win.regenerate(reply.id)
+    qtbot.waitUntil(lambda: not win.generating, timeout=5000)
+    messages = win.store.messages(win.conversation_id)
+    assert [m.role for m in messages] == ["user", "assistant"]
+    assert messages[-1].id != reply.id
+    assert messages[-1].content == reply.content  # greedy: the same reply again
+
+
+def test_conversations_survive_a_restart(qtbot, make_window):
+    win = make_window()
+    _send(qtbot, win, "Remember this")
+    conv_id = win.conversation_id
+    texts = [m.content for m in win.store.messages(conv_id)]
+    win.close()
+    again = make_window()
+    assert again.conversations.list.count() == 1
+    again.conversations.select(conv_id)
+    assert again.conversation_id == conv_id
+    assert [m.content for m in again.store.messages(conv_id)] == texts
+    assert "Remember this" in again.chat.message_text(again.store.messages(conv_id)[0].id)
+
+
+def test_panel_follows_a_scripted_event_sequence(qtbot, make_window):
+    """Worker signals as the engine would send them, including a mode switch and its reason."""
+    win = make_window()
+    win.generating = True
+    win.chat.start_assistant()
+    win.worker.started.emit(120, "dflash2")
+    win.worker.segments.emit(
+        [("Hello ", True), ("world", False)],
+        {"tps": 21.5, "depth": 130, "tau": 3.2, "acceptance": 0.71, "mode": "dflash2"},
+    )
+    reason = "context 9,210 tokens: MTP measured 23.1 tok/s, DFlash2 17.4"
+    win.worker.mode_switched.emit("dflash2", "mtp", reason)
+    win.worker.segments.emit(
+        [("!", False)], {"tps": 23.0, "depth": 140, "tau": 2.1, "acceptance": 0.6, "mode": "mtp"}
+    )
+    qtbot.wait(10)
+    assert win.panel.current_mode() == "mtp"
+    assert any(reason in label.text() for label in win.panel.findChildren(QLabel))
+    assert "Hello world!" in win.chat.streaming_text()
+    assert "140" in win.context_meter.format()
+
+
+def test_engine_error_shows_in_window(qtbot, make_window, tmp_path):
+    win = make_window(str(tmp_path / "no-such-model"))
     qtbot.waitUntil(lambda: not win.error_label.isHidden(), timeout=30000)
     assert "does not exist" in win.error_label.text()
     assert not win.send_button.isEnabled()
-    win.close()
+
+
+def test_gui_thread_stays_responsive_while_generating(qtbot, make_window):
+    win = make_window()
+    ticks = []
+    timer = QTimer()
+    timer.timeout.connect(lambda: ticks.append(1) if win.generating else None)
+    timer.start(5)
+    _send(qtbot, win, "Count to ten", max_tokens=60)
+    timer.stop()
+    assert len(ticks) >= 3  # the GUI event loop ran while the worker generated

@@ -59,6 +59,8 @@ def test_oracle_drafter_full_acceptance_and_bonus(arch, tiny_target):
         finished = events[-1]
         assert finished.tokens == plain
         steps = [e for e in events if type(e).__name__ == "Tokens"][1:]
+        assert all("".join(t for t, _ in e.segments) == e.text for e in steps)
+        assert any(flag for e in steps for _, flag in e.segments)  # drafted text is marked
         # The oracle is always right: every draft accepted, then the bonus token.
         assert all(e.step.accepted == e.step.committed - 1 for e in steps)
         assert all(e.step.committed == 5 for e in steps[:-1])  # 4 drafts + the bonus

@@ -12,8 +12,10 @@ from engine_mlx.models import attention
 from engine_mlx.session import GenerationConfig, Session
 
 
-@pytest.mark.parametrize(("heads", "kv", "length", "keys"), [(9, 3, 1, 700), (4, 4, 16, 40),
-                                                             (8, 2, 57, 300), (2, 1, 5, 5)])
+@pytest.mark.parametrize(
+    ("heads", "kv", "length", "keys"),
+    [(9, 3, 1, 700), (4, 4, 16, 40), (8, 2, 57, 300), (2, 1, 5, 5)],
+)
 @pytest.mark.parametrize("mask_kind", ["none", "causal", "tree"])
 def test_numpy_softmax_attention_equals_fused(heads, kv, length, keys, mask_kind):
     rng = np.random.default_rng(0)

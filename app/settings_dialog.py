@@ -1,0 +1,82 @@
+"""The settings dialog: sampling, limits, system prompt and speculation knobs."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from PySide6.QtWidgets import (
+    QDialog,
+    QDialogButtonBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QPlainTextEdit,
+    QSpinBox,
+    QWidget,
+)
+
+from app.storage import AppSettings
+
+
+class SettingsDialog(QDialog):
+    def __init__(self, settings: AppSettings, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Settings")
+        self._settings = settings
+        form = QFormLayout(self)
+        self.temperature = self._double(0.0, 2.0, 0.05, settings.temperature, "Temperature")
+        self.top_p = self._double(0.01, 1.0, 0.01, settings.top_p, "Top-p")
+        self.top_k = self._int(0, 1000, settings.top_k, "Top-k (0: off)")
+        self.max_tokens = self._int(1, 32768, settings.max_tokens, "Maximum tokens")
+        self.draft_width = self._int(1, 8, settings.draft_width, "Draft width")
+        self.block_size = self._int(0, 64, settings.block_size, "Block size (0: the drafter's)")
+        self.auto_threshold = self._int(0, 1_000_000, settings.auto_threshold, "Auto threshold")
+        self.auto_threshold.setSuffix(" tokens")
+        self.system_prompt = QPlainTextEdit(settings.system_prompt, self)
+        self.system_prompt.setAccessibleName("System prompt")
+        self.system_prompt.setMaximumHeight(90)
+        for label, widget in (
+            ("Temperature", self.temperature),
+            ("Top-p", self.top_p),
+            ("Top-k", self.top_k),
+            ("Max tokens", self.max_tokens),
+            ("System prompt", self.system_prompt),
+            ("Draft width", self.draft_width),
+            ("Block size", self.block_size),
+            ("Auto threshold", self.auto_threshold),
+        ):
+            form.addRow(label, widget)
+        buttons = QDialogButtonBox(
+            QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel, self
+        )
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        form.addRow(buttons)
+
+    def _double(self, lo: float, hi: float, step: float, value: float, name: str):
+        box = QDoubleSpinBox(self)
+        box.setRange(lo, hi)
+        box.setSingleStep(step)
+        box.setDecimals(2)
+        box.setValue(value)
+        box.setAccessibleName(name)
+        return box
+
+    def _int(self, lo: int, hi: int, value: int, name: str) -> QSpinBox:
+        box = QSpinBox(self)
+        box.setRange(lo, hi)
+        box.setValue(value)
+        box.setAccessibleName(name)
+        return box
+
+    def result_settings(self) -> AppSettings:
+        return replace(
+            self._settings,
+            temperature=self.temperature.value(),
+            top_p=self.top_p.value(),
+            top_k=self.top_k.value(),
+            max_tokens=self.max_tokens.value(),
+            system_prompt=self.system_prompt.toPlainText().strip(),
+            draft_width=self.draft_width.value(),
+            block_size=self.block_size.value(),
+            auto_threshold=self.auto_threshold.value(),
+        )

@@ -1,0 +1,491 @@
+"""Conversations, messages and settings in one SQLite file (stdlib ``sqlite3``, no Qt).
+
+Threading: a store's connection belongs to the thread that opened it (the GUI thread);
+``sqlite3`` enforces this (``check_same_thread``), so a call from another thread raises.
+
+Durability: WAL journal with ``synchronous=NORMAL``. Every commit is safe against the app
+crashing or being killed (the WAL is written before COMMIT returns), and the file can never be
+corrupted; only a power cut or OS crash may lose the last few commits. FULL would fsync on every
+commit, stalling the GUI thread for chat history that is cheap to lose at that margin.
+
+Search: case-insensitive substring match on titles and message content. Message content goes
+through an FTS5 trigram index when this sqlite build has one (checked at runtime, queries of 3+
+characters); otherwise, and for shorter queries, an escaped LIKE scan (ASCII-only case folding).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from engine_mlx.paths import user_data_dir
+
+SCHEMA_VERSION = 1
+DEFAULT_TITLE = "New chat"
+MAX_TITLE_CHARS = 200
+ROLES = ("system", "user", "assistant")
+FORCED_MODES = ("auto", "ar", "dflash2", "mtp", "lookup")
+_FTS_MIN_QUERY = 3  # the trigram tokenizer cannot match shorter strings
+
+# Statements, not a script: executescript() would COMMIT the surrounding transaction.
+_SCHEMA_V1 = (
+    """CREATE TABLE conversations (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        title TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL
+    )""",
+    "CREATE INDEX conversations_updated ON conversations (updated_at)",
+    """CREATE TABLE messages (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        conversation_id INTEGER NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
+        role TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant')),
+        content TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        stats TEXT
+    )""",
+    "CREATE INDEX messages_conversation ON messages (conversation_id, id)",
+    "CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+)
+
+# An external-content index kept in step by triggers (cascade deletes fire them too). It is
+# derived data: dropped triggers are recreated and the index rebuilt on the next FTS5 open.
+_FTS_TRIGGERS = ("messages_fts_ai", "messages_fts_ad", "messages_fts_au")
+_FTS_SCHEMA = (
+    """CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5 (
+        content, content='messages', content_rowid='id', tokenize='trigram'
+    )""",
+    """CREATE TRIGGER messages_fts_ai AFTER INSERT ON messages BEGIN
+        INSERT INTO messages_fts (rowid, content) VALUES (new.id, new.content);
+    END""",
+    """CREATE TRIGGER messages_fts_ad AFTER DELETE ON messages BEGIN
+        INSERT INTO messages_fts (messages_fts, rowid, content)
+        VALUES ('delete', old.id, old.content);
+    END""",
+    """CREATE TRIGGER messages_fts_au AFTER UPDATE OF content ON messages BEGIN
+        INSERT INTO messages_fts (messages_fts, rowid, content)
+        VALUES ('delete', old.id, old.content);
+        INSERT INTO messages_fts (rowid, content) VALUES (new.id, new.content);
+    END""",
+    "INSERT INTO messages_fts (messages_fts) VALUES ('rebuild')",
+)
+
+
+class StorageError(Exception):
+    """The database cannot be used; the message names the file and is fit to show the user."""
+
+
+@dataclass(frozen=True)
+class Conversation:
+    id: int
+    title: str
+    created_at: float
+    updated_at: float
+
+
+@dataclass(frozen=True)
+class Message:
+    id: int
+    conversation_id: int
+    role: str
+    content: str
+    created_at: float
+    stats: dict | None
+
+
+def fts5_available() -> bool:
+    """Whether this sqlite build has FTS5 with the trigram tokenizer (SQLite >= 3.34)."""
+    probe = sqlite3.connect(":memory:")
+    try:
+        probe.execute("CREATE VIRTUAL TABLE probe USING fts5 (x, tokenize='trigram')")
+        return True
+    except sqlite3.Error:
+        return False
+    finally:
+        probe.close()
+
+
+def clean_title(title: str) -> str:
+    """One line of at most 200 characters, so the sidebar stays readable; never empty."""
+    title = " ".join(title.split())[:MAX_TITLE_CHARS].rstrip()
+    return title or DEFAULT_TITLE
+
+
+def _escape_like(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def _fts_phrase(text: str) -> str:
+    """The whole query as one quoted FTS5 phrase, so operators and quotes are literal."""
+    return '"' + text.replace('"', '""') + '"'
+
+
+def _dump_stats(stats: dict | None) -> str | None:
+    if stats is None:
+        return None
+    if not isinstance(stats, dict):
+        raise TypeError(f"stats must be a dict or None, not {type(stats).__name__}")
+    return json.dumps(stats)
+
+
+def _load_stats(text: str | None) -> dict | None:
+    """A damaged stats cell costs only the stats, never the message."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+class ConversationStore:
+    """The chat history file. Each public write is one committed transaction."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self._last_time = 0.0
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            # Autocommit mode: transactions are explicit (see _transaction).
+            self._conn = sqlite3.connect(self.path, isolation_level=None, timeout=2.0)
+        except (OSError, sqlite3.Error) as exc:
+            raise self._error("could not be opened", exc) from exc
+        try:
+            self._open()
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def _error(self, problem: str, exc: BaseException | None = None) -> StorageError:
+        detail = f" ({exc})" if exc is not None else ""
+        return StorageError(
+            f"The FlashChat database {self.path} {problem}{detail}. It has been left untouched: "
+            "move or rename it to start a fresh history, or restore it from a backup."
+        )
+
+    def _open(self) -> None:
+        """Check the file before writing anything to it, then create or upgrade the schema."""
+        try:
+            version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+            check = self._conn.execute("PRAGMA quick_check").fetchone()[0]
+            objects = self._conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        except sqlite3.DatabaseError as exc:
+            raise self._error("is not a SQLite database, or is damaged", exc) from exc
+        if check != "ok":
+            raise self._error("is damaged", RuntimeError(check))
+        if version == 0 and objects:
+            raise self._error("is a SQLite database, but not FlashChat's")
+        if version > SCHEMA_VERSION:
+            raise StorageError(
+                f"The FlashChat database {self.path} was written by a newer FlashChat "
+                f"(schema v{version}; this version knows up to v{SCHEMA_VERSION}). "
+                "Update FlashChat, or move the file aside to start a fresh history."
+            )
+        with self._guard("could not be prepared"):
+            self._conn.execute("PRAGMA journal_mode = WAL")
+            self._conn.execute("PRAGMA synchronous = NORMAL")
+            self._conn.execute("PRAGMA foreign_keys = ON")
+            with self._transaction() as conn:
+                # Read again under the write lock: another FlashChat may have just created it.
+                if conn.execute("PRAGMA user_version").fetchone()[0] == 0:
+                    for statement in _SCHEMA_V1:
+                        conn.execute(statement)
+                    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                self._sync_fts_triggers()
+            row = self._conn.execute("SELECT max(updated_at) FROM conversations").fetchone()
+            self._last_time = row[0] or 0.0
+        self._fts = self._has_fts_triggers()
+
+    def _has_fts_triggers(self) -> bool:
+        names = {
+            row[0]
+            for row in self._conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")
+        }
+        return names.issuperset(_FTS_TRIGGERS)
+
+    def _sync_fts_triggers(self) -> None:
+        """Index messages when FTS5 is here; drop the triggers when it is not, so that writes
+        from a build without FTS5 still work (the index is rebuilt when FTS5 is back)."""
+        if fts5_available():
+            if not self._has_fts_triggers():
+                for name in _FTS_TRIGGERS:
+                    self._conn.execute(f"DROP TRIGGER IF EXISTS {name}")
+                for statement in _FTS_SCHEMA:
+                    self._conn.execute(statement)
+        else:
+            for name in _FTS_TRIGGERS:
+                self._conn.execute(f"DROP TRIGGER IF EXISTS {name}")
+
+    @contextmanager
+    def _guard(self, problem: str) -> Iterator[None]:
+        """Turn disk, lock and corruption errors into StorageError; bugs stay as they are."""
+        try:
+            yield
+        except (sqlite3.IntegrityError, sqlite3.ProgrammingError, sqlite3.InterfaceError):
+            raise
+        except sqlite3.DatabaseError as exc:
+            raise self._error(problem, exc) from exc
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """BEGIN IMMEDIATE ... COMMIT, rolled back on any error, so a write is all or nothing."""
+        with self._guard("could not be written"):
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+            except BaseException:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    def _now(self) -> float:
+        """Wall-clock time, nudged to be strictly increasing so "most recent first" never ties
+        (coarse clocks) or inverts (clock steps back)."""
+        self._last_time = max(time.time(), self._last_time + 1e-6)
+        return self._last_time
+
+    def _require_conversation(self, conversation_id: int) -> None:
+        row = self._conn.execute(
+            "SELECT 1 FROM conversations WHERE id = ?", (conversation_id,)
+        ).fetchone()
+        if row is None:
+            raise KeyError(f"no conversation {conversation_id}")
+
+    def _touch(self, conversation_id: int) -> None:
+        self._conn.execute(
+            "UPDATE conversations SET updated_at = ? WHERE id = ?", (self._now(), conversation_id)
+        )
+
+    # Conversations
+
+    def create_conversation(self, title: str = DEFAULT_TITLE) -> Conversation:
+        now = self._now()
+        title = clean_title(title)
+        with self._transaction() as conn:
+            cursor = conn.execute(
+                "INSERT INTO conversations (title, created_at, updated_at) VALUES (?, ?, ?)",
+                (title, now, now),
+            )
+        return Conversation(cursor.lastrowid, title, now, now)
+
+    def rename_conversation(self, conversation_id: int, title: str) -> None:
+        """Renaming does not bump updated_at: the chat keeps its place in the list."""
+        with self._transaction() as conn:
+            self._require_conversation(conversation_id)
+            conn.execute(
+                "UPDATE conversations SET title = ? WHERE id = ?",
+                (clean_title(title), conversation_id),
+            )
+
+    def delete_conversation(self, conversation_id: int) -> None:
+        """Deletes its messages too; deleting an unknown id is a no-op."""
+        with self._transaction() as conn:
+            conn.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
+
+    def list_conversations(self) -> list[Conversation]:
+        """Most recently updated first."""
+        with self._guard("could not be read"):
+            rows = self._conn.execute(
+                "SELECT id, title, created_at, updated_at FROM conversations "
+                "ORDER BY updated_at DESC, id DESC"
+            ).fetchall()
+        return [Conversation(*row) for row in rows]
+
+    def search(self, query: str) -> list[Conversation]:
+        """Conversations whose title or any message contains ``query``, most recent first."""
+        query = query.strip()
+        if not query:
+            return self.list_conversations()
+        like = f"%{_escape_like(query)}%"
+        if self._fts and len(query) >= _FTS_MIN_QUERY:
+            content_match = (
+                "SELECT m.conversation_id FROM messages_fts f JOIN messages m ON m.id = f.rowid "
+                "WHERE messages_fts MATCH ?"
+            )
+            content_param = _fts_phrase(query)
+        else:
+            content_match = "SELECT conversation_id FROM messages WHERE content LIKE ? ESCAPE '\\'"
+            content_param = like
+        with self._guard("could not be searched"):
+            rows = self._conn.execute(
+                "SELECT id, title, created_at, updated_at FROM conversations "
+                f"WHERE title LIKE ? ESCAPE '\\' OR id IN ({content_match}) "
+                "ORDER BY updated_at DESC, id DESC",
+                (like, content_param),
+            ).fetchall()
+        return [Conversation(*row) for row in rows]
+
+    # Messages
+
+    def add_message(
+        self, conversation_id: int, role: str, content: str, stats: dict | None = None
+    ) -> Message:
+        """Committed before returning; bumps the conversation's updated_at."""
+        if role not in ROLES:
+            raise ValueError(f"role must be one of {', '.join(ROLES)}, not {role!r}")
+        if not isinstance(content, str):
+            raise TypeError(f"content must be str, not {type(content).__name__}")
+        stats_text = _dump_stats(stats)
+        with self._transaction() as conn:
+            self._require_conversation(conversation_id)
+            now = self._now()
+            cursor = conn.execute(
+                "INSERT INTO messages (conversation_id, role, content, created_at, stats) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (conversation_id, role, content, now, stats_text),
+            )
+            self._touch(conversation_id)
+        # Stats come back through JSON, exactly as messages() will return them later.
+        stats = _load_stats(stats_text)
+        return Message(cursor.lastrowid, conversation_id, role, content, now, stats)
+
+    def messages(self, conversation_id: int) -> list[Message]:
+        """In the order they were added."""
+        with self._guard("could not be read"):
+            rows = self._conn.execute(
+                "SELECT id, conversation_id, role, content, created_at, stats FROM messages "
+                "WHERE conversation_id = ? ORDER BY id",
+                (conversation_id,),
+            ).fetchall()
+        return [Message(*row[:5], _load_stats(row[5])) for row in rows]
+
+    def update_message(self, message_id: int, content: str, stats: dict | None) -> None:
+        """Replaces content and stats (None clears them); bumps the conversation."""
+        if not isinstance(content, str):
+            raise TypeError(f"content must be str, not {type(content).__name__}")
+        stats_text = _dump_stats(stats)
+        with self._transaction() as conn:
+            row = conn.execute(
+                "SELECT conversation_id FROM messages WHERE id = ?", (message_id,)
+            ).fetchone()
+            if row is None:
+                raise KeyError(f"no message {message_id}")
+            conn.execute(
+                "UPDATE messages SET content = ?, stats = ? WHERE id = ?",
+                (content, stats_text, message_id),
+            )
+            self._touch(row[0])
+
+    def delete_messages_from(self, conversation_id: int, message_id: int) -> None:
+        """Deletes that message and every later one in the conversation (regenerate, edit)."""
+        with self._transaction() as conn:
+            row = conn.execute(
+                "SELECT 1 FROM messages WHERE id = ? AND conversation_id = ?",
+                (message_id, conversation_id),
+            ).fetchone()
+            if row is None:
+                raise KeyError(f"no message {message_id} in conversation {conversation_id}")
+            conn.execute(
+                "DELETE FROM messages WHERE conversation_id = ? AND id >= ?",
+                (conversation_id, message_id),
+            )
+            self._touch(conversation_id)
+
+    # Settings rows (see load_settings / save_settings)
+
+    def _setting_rows(self) -> dict[str, str]:
+        with self._guard("could not be read"):
+            return dict(self._conn.execute("SELECT key, value FROM settings").fetchall())
+
+    def _write_setting_rows(self, rows: dict[str, str]) -> None:
+        """Upserts only these keys, so keys from a newer FlashChat survive a save."""
+        with self._transaction() as conn:
+            conn.executemany(
+                "INSERT INTO settings (key, value) VALUES (?, ?) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                rows.items(),
+            )
+
+    def close(self) -> None:
+        """Closes the connection (idempotent); the WAL is checkpointed into the main file."""
+        self._conn.close()
+
+    def __enter__(self) -> ConversationStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+@dataclass
+class AppSettings:
+    """Persisted user settings with their defaults."""
+
+    temperature: float = 0.7
+    top_p: float = 0.95
+    top_k: int = 0
+    max_tokens: int = 1024
+    system_prompt: str = "You are a helpful assistant."
+    draft_width: int = 2
+    block_size: int = 0  # 0 = the drafter's own
+    auto_threshold: int = 4096
+    auto_toggle: bool = True
+    forced_mode: str = "auto"  # one of FORCED_MODES
+    colour_draft_tokens: bool = False
+    window_geometry: str = ""  # base64 of QMainWindow.saveGeometry, opaque here
+
+
+# Values that parse and have the right type but would still break generation.
+_SETTING_CHECKS: dict[str, Any] = {
+    "temperature": lambda v: v >= 0,
+    "top_p": lambda v: 0 < v <= 1,
+    "top_k": lambda v: v >= 0,
+    "max_tokens": lambda v: v >= 1,
+    "draft_width": lambda v: v >= 1,
+    "block_size": lambda v: v >= 0,
+    "auto_threshold": lambda v: v >= 0,
+    "forced_mode": lambda v: v in FORCED_MODES,
+}
+
+
+def _coerce(value: Any, default: Any) -> Any:
+    """``value`` as the default's type, or the default when it is not that type."""
+    if isinstance(default, bool):
+        return value if isinstance(value, bool) else default
+    if isinstance(default, int):
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        return value if ok else default
+    if isinstance(default, float):
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        return float(value) if ok and math.isfinite(value) else default
+    return value if isinstance(value, type(default)) else default
+
+
+def load_settings(store: ConversationStore) -> AppSettings:
+    """Saved settings over the defaults; a missing, unknown or bad row never stops the app."""
+    defaults = AppSettings()
+    rows = store._setting_rows()
+    values: dict[str, Any] = {}
+    for field in fields(AppSettings):
+        default = getattr(defaults, field.name)
+        if field.name not in rows:
+            continue
+        try:
+            value = _coerce(json.loads(rows[field.name]), default)
+        except (ValueError, TypeError):
+            continue
+        check = _SETTING_CHECKS.get(field.name)
+        if check is None or check(value):
+            values[field.name] = value
+    return AppSettings(**values)
+
+
+def save_settings(store: ConversationStore, settings: AppSettings) -> None:
+    """Every field as a JSON value, in one transaction."""
+    store._write_setting_rows(
+        {field.name: json.dumps(getattr(settings, field.name)) for field in fields(AppSettings)}
+    )
+
+
+def default_database_path() -> Path:
+    """The history file in FlashChat's data folder (FLASHCHAT_HOME overrides the folder)."""
+    return user_data_dir() / "flashchat.sqlite3"

@@ -1,0 +1,1 @@
+"""Reusable window widgets, fed plain values so they never touch the engine."""

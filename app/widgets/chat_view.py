@@ -1,0 +1,362 @@
+"""The chat transcript: finished messages, the reply streaming in, and their action links.
+
+One ``QTextBrowser`` holds the whole transcript as rich text. Each finished message's HTML is
+rendered once and cached; the streaming reply is the document's tail, and an update replaces
+only that tail through a ``QTextCursor`` (one edit block, so one relayout of that message).
+That was chosen over a scroll area of per-message browsers because a single document gives
+selection across messages, one scroll bar, and no height-for-width juggling, while streaming
+cost stays proportional to the streaming message alone.
+
+Action links use the ``flashchat:`` URL scheme (``flashchat:copy/<msg>``,
+``flashchat:code/<msg>/<block>``, ``flashchat:regenerate/<msg>``, ``flashchat:edit/<msg>``);
+the streaming reply's code blocks use ``live`` in place of a message id.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from dataclasses import dataclass, field
+
+from PySide6.QtCore import QEvent, QTimer, QUrl, Signal, Slot
+from PySide6.QtGui import QDesktopServices, QTextCursor
+from PySide6.QtWidgets import QApplication, QTextBrowser, QVBoxLayout, QWidget
+
+from app.widgets.markdown_render import Theme, code_blocks, render_markdown
+
+SCHEME = "flashchat"
+MODE_NAMES = {"ar": "Plain", "dflash2": "DFlash2", "lookup": "Prompt lookup", "mtp": "MTP"}
+REASON_NOTES = {"cancelled": "stopped", "context_full": "context full", "max_tokens": "max tokens"}
+ROLE_LABELS = {"user": "You", "assistant": "Assistant"}
+LIVE = "live"
+
+# How close to the bottom (in pixels) still counts as "following" the stream.
+_FOLLOW_SLACK = 8
+# A live re-render slower than this (a very long reply) makes the next one wait as long again,
+# so the UI thread never spends more than about half its time re-rendering the stream.
+_SLOW_RENDER_S = 0.016
+_MESSAGE_GAP = "margin-top:0px; margin-bottom:10px;"
+
+
+def format_stats(stats: dict | None, reason: str = "") -> str:
+    """One line such as "14.2 tok/s · τ 3.10 · 78% accepted · TTFT 240 ms · 128 tokens · DFlash2".
+
+    Missing or None values are left out; a stop reason worth knowing about comes first.
+    """
+    bits: list[str] = []
+    if reason in REASON_NOTES:
+        bits.append(REASON_NOTES[reason])
+    stats = stats or {}
+    if stats.get("decode_tps") is not None:
+        bits.append(f"{stats['decode_tps']:.1f} tok/s")
+    if stats.get("tau") is not None:
+        bits.append(f"τ {stats['tau']:.2f}")
+    if stats.get("acceptance_rate") is not None:
+        bits.append(f"{stats['acceptance_rate'] * 100:.0f}% accepted")
+    ttft = stats.get("ttft_s")
+    if ttft is not None:
+        bits.append(f"TTFT {ttft * 1000:.0f} ms" if ttft < 1 else f"TTFT {ttft:.2f} s")
+    tokens = stats.get("generated_tokens")
+    if tokens is not None:
+        bits.append(f"{tokens} token" + ("" if tokens == 1 else "s"))
+    modes = stats.get("modes") or {}
+    if modes:
+        mode = max(modes, key=lambda name: modes[name])
+        bits.append(MODE_NAMES.get(mode, mode))
+    return " · ".join(bits)
+
+
+@dataclass
+class _Message:
+    """A message and what is needed to re-render it (the draft mask survives finishing)."""
+
+    role: str
+    text: str = ""
+    message_id: int | None = None
+    stats: dict | None = None
+    reason: str = ""
+    draft: bytearray = field(default_factory=bytearray)  # 1 per character from draft tokens
+    html: str = ""  # cached render of a finished message; "" means stale
+
+
+class ChatView(QWidget):
+    """The transcript of the main window, fed plain values (never engine objects)."""
+
+    regenerate_requested = Signal(int)
+    edit_requested = Signal(int)
+    copied = Signal(str)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.browser = QTextBrowser(self)
+        self.browser.setAccessibleName("Conversation")
+        self.browser.setOpenLinks(False)
+        self.browser.setOpenExternalLinks(False)
+        self.browser.document().setUndoRedoEnabled(False)  # read-only: no history to keep
+        self.browser.document().setDocumentMargin(10)
+        self.browser.anchorClicked.connect(self._on_anchor)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.browser)
+        self._messages: list[_Message] = []
+        self._by_id: dict[int, _Message] = {}
+        self._live: _Message | None = None
+        self._tail_start = 0  # document position where the streaming message begins
+        self._colour_draft = False
+        self._theme = Theme.from_palette(self.palette())
+        self._next_render = 0.0  # time.monotonic() before which a live re-render is deferred
+        self._render_timer = QTimer(self)
+        self._render_timer.setSingleShot(True)
+        self._render_timer.timeout.connect(self._render_live)
+
+    # --- public API -------------------------------------------------------------------------
+
+    def clear(self) -> None:
+        """Forget every message, including one still streaming."""
+        self._messages.clear()
+        self._by_id.clear()
+        self._live = None
+        self._render_timer.stop()
+        self.browser.clear()
+        self._tail_start = 0
+
+    def add_message(self, role: str, text: str, message_id: int, stats: dict | None = None) -> None:
+        """Append a finished message (history, or the user's just-sent prompt)."""
+        message = _Message(role, text, message_id, stats)
+        self._messages.append(message)
+        self._by_id[message_id] = message
+        if self._live is not None:
+            self._rebuild()  # it belongs above the streaming reply
+            return
+        self._replace_tail(self._finished_html(message), follow=True)
+        self._tail_start = self._end()
+
+    def start_assistant(self) -> None:
+        """Begin a streaming reply at the bottom (dropping any unfinished one)."""
+        self._live = _Message("assistant")
+        self._render_timer.stop()
+        self._next_render = 0.0
+        self._replace_tail(self._live_html(), follow=True)
+
+    def append_assistant(self, segments: list[tuple[str, bool]]) -> None:
+        """Add streamed text; ``True`` marks text from speculatively accepted draft tokens."""
+        if not segments:
+            return
+        if self._live is None:
+            self.start_assistant()
+        live = self._live
+        assert live is not None
+        for text, from_draft in segments:
+            live.text += text
+            live.draft.extend(b"\x01" * len(text) if from_draft else bytes(len(text)))
+        if self._render_timer.isActive():
+            return  # a deferred re-render is due and will include this text
+        wait = self._next_render - time.monotonic()
+        if wait > 0:
+            self._render_timer.start(max(1, round(wait * 1000)))
+        else:
+            self._render_live()
+
+    def finish_assistant(self, message_id: int, stats: dict | None, reason: str) -> None:
+        """Turn the streaming reply into a finished message with its id, stats and stop reason."""
+        if self._live is None:
+            self.start_assistant()
+        message = self._live
+        assert message is not None
+        self._render_timer.stop()
+        message.message_id, message.stats, message.reason = message_id, stats, reason
+        self._live = None
+        self._messages.append(message)
+        self._by_id[message_id] = message
+        self._replace_tail(self._finished_html(message), follow=self._at_bottom())
+        self._tail_start = self._end()
+
+    def set_colour_draft(self, enabled: bool) -> None:
+        """Tint (or stop tinting) text that came from draft tokens, re-rendering everything."""
+        if enabled == self._colour_draft:
+            return
+        self._colour_draft = enabled
+        self._rebuild()
+
+    def message_text(self, message_id: int) -> str:
+        """The raw Markdown of a finished message; KeyError for an unknown id."""
+        return self._by_id[message_id].text
+
+    def streaming_text(self) -> str:
+        """The text streamed so far, or "" when no reply is streaming."""
+        return self._live.text if self._live is not None else ""
+
+    # --- rendering --------------------------------------------------------------------------
+
+    def _finished_html(self, message: _Message) -> str:
+        """A finished message's HTML, cached until the theme or draft colouring changes."""
+        if not message.html:
+            message.html = self._message_html(message, live=False)
+        return message.html
+
+    @Slot()
+    def _render_live(self) -> None:
+        """Re-render the streaming message; a slow render pushes the next one back."""
+        if self._live is None:
+            return
+        started = time.monotonic()
+        self._replace_tail(self._live_html(), follow=self._at_bottom())
+        spent = time.monotonic() - started
+        self._next_render = time.monotonic() + (spent if spent > _SLOW_RENDER_S else 0.0)
+
+    def _live_html(self) -> str:
+        """The streaming message's HTML, rebuilt on every update (never cached)."""
+        return self._message_html(self._live, live=True) if self._live is not None else ""
+
+    def _message_html(self, message: _Message, live: bool) -> str:
+        """One message as a shaded table: role label, body, then its footer line."""
+        theme = self._theme
+        key = LIVE if live else str(message.message_id)
+        label = html.escape(ROLE_LABELS.get(message.role, message.role.title()))
+        head = (
+            f'<p style="margin-top:0px; margin-bottom:4px;"><span style="font-size:small; '
+            f'font-weight:700; color:{theme.muted};">{label}</span></p>'
+        )
+        if message.role == "user":
+            text = html.escape(message.text).replace("\n", "<br />")
+            body = f'<p style="margin-top:0px; margin-bottom:0px; white-space:pre-wrap;">{text}</p>'
+            footer = self._footer("", [("Edit", f"edit/{key}")])
+            return (
+                '<table width="100%" border="0" cellspacing="0" cellpadding="0" '
+                f'style="{_MESSAGE_GAP}"><tr><td width="16%"></td>'
+                f'<td><table width="100%" border="0" cellspacing="0" cellpadding="10" '
+                f'bgcolor="{theme.user_bg}"><tr><td>{head}{body}{footer}</td></tr></table>'
+                "</td></tr></table>"
+            )
+        mask = (
+            message.draft
+            if self._colour_draft and len(message.draft) == len(message.text)
+            else None
+        )
+        if message.text:
+            href = f"{SCHEME}:code/{key}/"
+            body = render_markdown(message.text, theme, mask, href, streaming=live).html
+        else:
+            body = (
+                f'<p style="margin-top:0px; margin-bottom:0px;"><span style="color:{theme.muted};">'
+                f"{'…' if live else '(no reply)'}</span></p>"
+            )
+        if live:
+            footer = self._footer("generating…", [])
+        elif message.role == "assistant":
+            links = [("Copy", f"copy/{key}"), ("Regenerate", f"regenerate/{key}")]
+            footer = self._footer(format_stats(message.stats, message.reason), links)
+        else:
+            footer = self._footer("", [("Copy", f"copy/{key}")])
+        return (
+            '<table width="100%" border="0" cellspacing="0" cellpadding="10" '
+            f'bgcolor="{theme.assistant_bg}" style="{_MESSAGE_GAP}">'
+            f"<tr><td>{head}{body}{footer}</td></tr></table>"
+        )
+
+    def _footer(self, note: str, links: list[tuple[str, str]]) -> str:
+        """A small line: muted note (stats) on the left, action links on the right."""
+        theme = self._theme
+        anchors = " · ".join(
+            f'<a href="{SCHEME}:{target}"><span style="color:{theme.link}; '
+            f'text-decoration:none;">{html.escape(text)}</span></a>'
+            for text, target in links
+        )
+        return (
+            '<table width="100%" border="0" cellspacing="0" cellpadding="0" '
+            'style="margin-top:6px;"><tr>'
+            f'<td><span style="font-size:small; color:{theme.muted};">'
+            f"{html.escape(note)}</span></td>"
+            f'<td align="right"><span style="font-size:small;">{anchors}</span></td>'
+            "</tr></table>"
+        )
+
+    # --- document plumbing ------------------------------------------------------------------
+
+    def _end(self) -> int:
+        """The position of the (always empty) last block of the document."""
+        return self.browser.document().characterCount() - 1
+
+    def _at_bottom(self) -> bool:
+        """Whether the user is following the stream (has not scrolled up)."""
+        bar = self.browser.verticalScrollBar()
+        return bar.value() >= bar.maximum() - _FOLLOW_SLACK
+
+    def _replace_tail(self, html_text: str, follow: bool) -> None:
+        """Swap everything after ``_tail_start`` (the streaming message) for ``html_text``."""
+        bar = self.browser.verticalScrollBar()
+        keep = bar.value()
+        cursor = QTextCursor(self.browser.document())
+        cursor.beginEditBlock()
+        cursor.setPosition(min(self._tail_start, self._end()))
+        cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
+        cursor.removeSelectedText()
+        if html_text:
+            cursor.insertHtml(html_text)
+        cursor.endEditBlock()
+        bar.setValue(bar.maximum() if follow else keep)
+
+    def _rebuild(self) -> None:
+        """Re-render every message (theme or draft colouring changed), keeping the scroll."""
+        follow = self._at_bottom()
+        keep = self.browser.verticalScrollBar().value()
+        for message in self._messages:
+            message.html = ""
+        self.browser.setHtml("".join(self._finished_html(m) for m in self._messages))
+        self._tail_start = self._end()
+        if self._live is not None:
+            self._replace_tail(self._live_html(), follow=follow)
+        bar = self.browser.verticalScrollBar()
+        bar.setValue(bar.maximum() if follow else keep)
+
+    def changeEvent(self, event: QEvent) -> None:
+        """Follow light/dark palette switches: the HTML carries colours, so re-render."""
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.PaletteChange:
+            theme = Theme.from_palette(self.palette())
+            if theme != self._theme:
+                self._theme = theme
+                self._rebuild()
+
+    # --- links ------------------------------------------------------------------------------
+
+    @Slot(QUrl)
+    def _on_anchor(self, url: QUrl) -> None:
+        """Dispatch ``flashchat:`` action links; hand ordinary web links to the desktop."""
+        if url.scheme() != SCHEME:
+            if url.scheme() in ("http", "https", "mailto"):
+                QDesktopServices.openUrl(url)
+            return
+        action, _, rest = url.path().partition("/")
+        key, _, index = rest.partition("/")
+        if action == "code":
+            text = self.streaming_text() if key == LIVE else self._text_for(key)
+            blocks = code_blocks(text or "")
+            if index.isdigit() and int(index) < len(blocks):
+                self._copy(blocks[int(index)])
+            return
+        try:
+            message_id = int(key)
+        except ValueError:
+            return
+        if message_id not in self._by_id:
+            return
+        if action == "copy":
+            self._copy(self._by_id[message_id].text)
+        elif action == "regenerate":
+            self.regenerate_requested.emit(message_id)
+        elif action == "edit":
+            self.edit_requested.emit(message_id)
+
+    def _text_for(self, key: str) -> str | None:
+        """A finished message's text from a link's id part, or None when it is not one."""
+        try:
+            message = self._by_id.get(int(key))
+        except ValueError:
+            return None
+        return message.text if message is not None else None
+
+    def _copy(self, text: str) -> None:
+        """Put ``text`` on the clipboard and say so (the window shows a status-bar note)."""
+        QApplication.clipboard().setText(text)
+        self.copied.emit(text)

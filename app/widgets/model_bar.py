@@ -1,0 +1,99 @@
+"""The model picker: target, DFlash drafter and MTP head, showing what is really loaded.
+
+Choices come from the library folder: a sub-folder with a ``config.json`` is a target, or a
+drafter when its config names ``DFlashDraftModel``. Nothing changes until the worker reports
+the model loaded; until then the bar says "Loading…".
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QWidget
+
+from engine_mlx.paths import models_dir
+
+
+def scan_library(root: Path | None = None) -> tuple[list[Path], list[Path]]:
+    """(targets, drafters) found under the library folder."""
+    root = root or models_dir()
+    targets, drafters = [], []
+    if not root.is_dir():
+        return targets, drafters
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+        cfg = folder / "config.json"
+        if not cfg.is_file():
+            continue
+        try:
+            arch = json.loads(cfg.read_text(encoding="utf-8")).get("architectures") or []
+        except (OSError, json.JSONDecodeError):
+            continue
+        (drafters if "DFlashDraftModel" in arch else targets).append(folder)
+    return targets, drafters
+
+
+class ModelBar(QWidget):
+    load_requested = Signal(str, str)  # target path, drafter path ("" = none)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.target_box = QComboBox(self)
+        self.target_box.setAccessibleName("Model")
+        self.target_box.setMinimumContentsLength(18)
+        self.drafter_box = QComboBox(self)
+        self.drafter_box.setAccessibleName("DFlash drafter")
+        self.mtp_box = QComboBox(self)
+        self.mtp_box.setAccessibleName("MTP head")
+        self.mtp_box.addItem("No MTP head")
+        self.mtp_box.setEnabled(False)
+        self.mtp_box.setToolTip("MTP heads are not supported by this version yet.")
+        self.status = QLabel("Loading…", self)
+        self.status.setAccessibleName("Model status")
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        for label, box in (
+            ("Model", self.target_box),
+            ("Drafter", self.drafter_box),
+            ("MTP", self.mtp_box),
+        ):
+            layout.addWidget(QLabel(label, self))
+            layout.addWidget(box)
+        layout.addWidget(self.status, 1)
+        self.refresh()
+        self.target_box.activated.connect(self._request)
+        self.drafter_box.activated.connect(self._request)
+
+    def refresh(self, extra_target: str = "", extra_drafter: str = "") -> None:
+        targets, drafters = scan_library()
+        paths = [str(p) for p in targets]
+        if extra_target and extra_target not in paths:
+            paths.insert(0, extra_target)
+        self.target_box.clear()
+        for path in paths:
+            self.target_box.addItem(Path(path).name, path)
+        dpaths = [str(p) for p in drafters]
+        if extra_drafter and extra_drafter not in dpaths:
+            dpaths.insert(0, extra_drafter)
+        self.drafter_box.clear()
+        self.drafter_box.addItem("No drafter", "")
+        for path in dpaths:
+            self.drafter_box.addItem(Path(path).name, path)
+
+    def _request(self, *_: object) -> None:
+        self.status.setText("Loading…")
+        self.load_requested.emit(
+            self.target_box.currentData() or "", self.drafter_box.currentData() or ""
+        )
+
+    def show_loaded(self, info: dict) -> None:
+        """Select what the worker actually loaded."""
+        self.refresh(info.get("path", ""), info.get("drafter_path", ""))
+        index = self.target_box.findData(info.get("path", ""))
+        if index >= 0:
+            self.target_box.setCurrentIndex(index)
+        dindex = self.drafter_box.findData(info.get("drafter_path", ""))
+        self.drafter_box.setCurrentIndex(max(0, dindex))
+        self.status.setText(f"{info['name']} · context {info['max_context']:,}")
+        self.status.setToolTip(info.get("backend", ""))
