@@ -73,6 +73,11 @@ class MainWindow(QMainWindow):
         self.model_bar = ModelBar(self)
         self.chat = ChatView(self)
         self.chat.set_colour_draft(self.settings.colour_draft_tokens)
+        self.chat.browser.setPlaceholderText(
+            "Start a conversation: type below and press Ctrl+Enter.\n\n"
+            "Replies are generated on this machine. The panel on the right shows the decoding "
+            "speed live, how many drafted tokens the model accepts, and how full the context is."
+        )
         self.error_label = QLabel(self)
         self.error_label.setAccessibleName("Error")
         self.error_label.setWordWrap(True)
@@ -264,6 +269,7 @@ class MainWindow(QMainWindow):
         if dialog.exec():
             self.settings = dialog.result_settings()
             save_settings(self.store, self.settings)
+            self.chat.set_colour_draft(self.settings.colour_draft_tokens)
 
     def _on_auto_toggled(self, enabled: bool) -> None:
         self._on_forced_mode("auto" if enabled else self._mode())

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from PySide6.QtWidgets import (
+    QCheckBox,
     QDialog,
     QDialogButtonBox,
     QDoubleSpinBox,
@@ -31,6 +32,9 @@ class SettingsDialog(QDialog):
         self.block_size = self._int(0, 64, settings.block_size, "Block size (0: the drafter's)")
         self.auto_threshold = self._int(0, 1_000_000, settings.auto_threshold, "Auto threshold")
         self.auto_threshold.setSuffix(" tokens")
+        self.colour_draft = QCheckBox("Tint text that came from accepted draft tokens", self)
+        self.colour_draft.setAccessibleName("Colour drafted tokens")
+        self.colour_draft.setChecked(settings.colour_draft_tokens)
         self.system_prompt = QPlainTextEdit(settings.system_prompt, self)
         self.system_prompt.setAccessibleName("System prompt")
         self.system_prompt.setMaximumHeight(90)
@@ -43,6 +47,7 @@ class SettingsDialog(QDialog):
             ("Draft width", self.draft_width),
             ("Block size", self.block_size),
             ("Auto threshold", self.auto_threshold),
+            ("Drafted tokens", self.colour_draft),
         ):
             form.addRow(label, widget)
         buttons = QDialogButtonBox(
@@ -79,4 +84,5 @@ class SettingsDialog(QDialog):
             draft_width=self.draft_width.value(),
             block_size=self.block_size.value(),
             auto_threshold=self.auto_threshold.value(),
+            colour_draft_tokens=self.colour_draft.isChecked(),
         )

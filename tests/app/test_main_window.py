@@ -136,3 +136,22 @@ def test_gui_thread_stays_responsive_while_generating(qtbot, make_window):
     _send(qtbot, win, "Count to ten", max_tokens=60)
     timer.stop()
     assert len(ticks) >= 3  # the GUI event loop ran while the worker generated
+
+
+def test_settings_persist_and_apply(qtbot, make_window, monkeypatch):
+    from app.settings_dialog import SettingsDialog
+
+    win = make_window()
+    dialog = SettingsDialog(win.settings, win)
+    dialog.temperature.setValue(1.3)
+    dialog.max_tokens.setValue(77)
+    dialog.colour_draft.setChecked(True)
+    chosen = dialog.result_settings()
+    monkeypatch.setattr(SettingsDialog, "exec", lambda self: True)
+    monkeypatch.setattr(SettingsDialog, "result_settings", lambda self: chosen)
+    win.open_settings()
+    assert win.chat._colour_draft is True
+    win.close()
+    again = make_window()
+    assert (again.settings.temperature, again.settings.max_tokens) == (1.3, 77)
+    assert again.settings.colour_draft_tokens is True
