@@ -85,7 +85,7 @@ class EngineWorker(QObject):
             self.error.emit(f"Could not load the model: {exc}")
             return
         self._session = Session(target, drafter)
-        modes = ["ar", "lookup"] + (["dflash2"] if drafter else [])
+        modes = ["ar", "lookup"] + (["dflash2"] if drafter else []) + ["auto"]
         self.model_loaded.emit(
             {
                 "name": target.spec.name,
@@ -121,6 +121,7 @@ class EngineWorker(QObject):
         if mode == "dflash2" and self._session.drafter is None:
             mode = "lookup"
         block = int(settings.get("block_size") or 0) or None
+        threshold = int(settings.get("auto_threshold") or 0)
         return GenerationConfig(
             max_tokens=int(settings.get("max_tokens", 512)),
             sampling=SamplingParams(
@@ -132,6 +133,8 @@ class EngineWorker(QObject):
             mode=mode,
             width=int(settings.get("draft_width", 1)),
             block_size=block,
+            policy="threshold" if threshold > 0 else "cost",
+            auto_threshold=threshold or 4096,
         )
 
     def _stream(self, ids: list[int], config: GenerationConfig) -> None:

@@ -236,9 +236,9 @@ class MainWindow(QMainWindow):
     def _mode(self) -> str:
         """The mode for the next reply: the forced one, or auto's choice."""
         forced = self.settings.forced_mode
-        if forced != "auto":
-            return forced
-        return "dflash2" if "dflash2" in self.available_modes else "ar"
+        if forced == "dflash2" and "dflash2" not in self.available_modes:
+            return "auto"  # the drafter is gone: let the policy choose
+        return forced
 
     @Slot()
     def stop(self) -> None:
@@ -290,7 +290,7 @@ class MainWindow(QMainWindow):
         self.available_modes = list(info["modes"])
         self.max_context = int(info["max_context"])
         self.model_bar.show_loaded(info)
-        self.panel.set_available_modes(self.available_modes)
+        self.panel.set_available_modes([m for m in self.available_modes if m != "auto"])
         self.panel.set_max_context(self.max_context)
         self.panel.set_forced_mode(self.settings.forced_mode)
         self.statusBar().showMessage(info["backend"])

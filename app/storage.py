@@ -427,7 +427,7 @@ class AppSettings:
     system_prompt: str = "You are a helpful assistant."
     draft_width: int = 2
     block_size: int = 0  # 0 = the drafter's own
-    auto_threshold: int = 4096
+    auto_threshold: int = 0  # 0: the measured cost model; N: switch at N tokens
     auto_toggle: bool = True
     forced_mode: str = "auto"  # one of FORCED_MODES
     colour_draft_tokens: bool = False

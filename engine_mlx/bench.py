@@ -54,6 +54,8 @@ def run_ours(
     width: int = 1,
     block: int | None = None,
     lookup: bool = True,
+    policy: str = "cost",
+    auto_threshold: int = 4096,
 ) -> dict[str, Any]:
     config = GenerationConfig(
         max_tokens=max_tokens,
@@ -62,6 +64,8 @@ def run_ours(
         width=width,
         block_size=block,
         lookup=lookup,
+        policy=policy,
+        auto_threshold=auto_threshold,
     )
     finished, steps = None, []
     for event in session.generate(prompt, config):
@@ -88,6 +92,7 @@ def run_ours(
         "commit_ms": 1000 * sum(x.commit_s for x in spec_steps) / n,
         "step_ms": 1000 * sum(x.seconds for x in spec_steps) / n,
         "output": list(finished.tokens),
+        "modes": dict(s.modes),
     }
 
 
@@ -139,7 +144,12 @@ def make_baseline(path: Path, dtype: mx.Dtype) -> Callable[[list[int], int], dic
 
 
 def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    return {k: statistics.median(r[k] for r in runs) for k in runs[0] if k != "output"}
+    out: dict[str, Any] = {
+        k: statistics.median(r[k] for r in runs) for k in runs[0] if k not in ("output", "modes")
+    }
+    if "modes" in runs[0]:
+        out["modes"] = runs[-1]["modes"]  # steps per mode (auto: what it chose)
+    return out
 
 
 def run_bench(args: argparse.Namespace) -> int:
@@ -159,6 +169,18 @@ def run_bench(args: argparse.Namespace) -> int:
         raise EngineError("mode dflash2 needs --drafter DIR (init-drafter makes a random one)")
     session = Session(target, drafter)
     baseline = None if args.no_baseline else make_baseline(path, target.dtype)
+    zlab = None
+    if "dflash2" in modes and drafter is not None and not args.no_baseline:
+        from engine_mlx.bench_zlab import make_zlab_runner, zlab_available
+
+        if zlab_available():
+            zlab = make_zlab_runner(
+                path,
+                drafter.model,
+                drafter.mask_id,
+                target.dtype,
+                args.block or drafter.block_size,
+            )
     info = backend_info(target.dtype)
     print(f"# {machine_description()}; {info.describe()}; model {path.name}")
     cells = [(m, w) for m in modes for w in (widths if m != "ar" else [1])]
@@ -172,8 +194,10 @@ def run_bench(args: argparse.Namespace) -> int:
         run_ours(session, prompt[:16], "ar", 4)  # warm-up outside the measurement
         if baseline:
             baseline(prompt[:16], 4)
+        if zlab:
+            zlab(prompt[:16], 4)
         runs: dict[tuple[str, int], list[dict[str, Any]]] = {c: [] for c in cells}
-        base_runs = []
+        base_runs, zlab_runs = [], []
         for _ in range(args.repeats):  # interleaved: every cell once per round
             for mode, width in cells:
                 runs[(mode, width)].append(
@@ -185,10 +209,14 @@ def run_bench(args: argparse.Namespace) -> int:
                         width,
                         args.block,
                         not args.no_lookup,
+                        args.policy,
+                        args.auto_threshold,
                     )
                 )
             if baseline:
                 base_runs.append(baseline(prompt, args.max_tokens))
+            if zlab:
+                zlab_runs.append(zlab(prompt, args.max_tokens))
         reference = runs[cells[0]][0]["output"]
         for (mode, width), cell_runs in runs.items():
             row = {
@@ -204,10 +232,16 @@ def run_bench(args: argparse.Namespace) -> int:
             rows.append(
                 {"impl": "mlx-lm", "mode": "ar", "width": 1, "depth": depth, **_median(base_runs)}
             )
+        if zlab_runs:
+            row = {"impl": "z-lab", "mode": "dflash2", "width": 1, "depth": depth}
+            row |= _median(zlab_runs)
+            row["identical_to_first"] = all(r["output"] == reference for r in zlab_runs)
+            rows.append(row)
         sizes = sorted({1, *(w * (block - 1) + 1 for w in widths)})
         tree_costs[depth] = verify_costs(target, prompt, sizes)
     ratios = _ratios(rows)
     _print_table(rows, ratios)
+    _print_auto_choices(rows)
     _print_tree_costs(tree_costs)
     if args.json_out:
         report = {
@@ -232,6 +266,7 @@ def _ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Decode and prefill speed over mlx-lm's plain decoding at the same depth, and decode
     speed over our own plain decoding."""
     base = {r["depth"]: r for r in rows if r["impl"] == "mlx-lm"}
+    zlab = {r["depth"]: r for r in rows if r["impl"] == "z-lab"}
     ours_ar = {r["depth"]: r for r in rows if r["impl"] == "flashchat" and r["mode"] == "ar"}
     out = []
     for r in rows:
@@ -244,6 +279,8 @@ def _ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             entry["prefill_vs_mlx_lm"] = r["prefill_tps"] / b["prefill_tps"]
         if r["depth"] in ours_ar:
             entry["decode_vs_ar"] = r["decode_tps"] / ours_ar[r["depth"]]["decode_tps"]
+        if r["mode"] == "dflash2" and r["depth"] in zlab:
+            entry["decode_vs_zlab"] = r["decode_tps"] / zlab[r["depth"]]["decode_tps"]
         out.append(entry)
     return out
 
@@ -253,12 +290,13 @@ def _print_table(rows: list[dict[str, Any]], ratios: list[dict[str, Any]]) -> No
     print(
         f"{'impl':<9} {'mode':<8} {'w':>2} {'depth':>6} {'prefill/s':>9} {'TTFT ms':>8} "
         f"{'tok/s':>7} {'tau':>5} {'acc':>5} {'draft':>6} {'verify':>7} {'commit':>6} "
-        f"{'vs ar':>6} {'vs mlx-lm':>9} {'same':>4}"
+        f"{'vs ar':>6} {'vs mlx-lm':>9} {'vs z-lab':>8} {'same':>4}"
     )
     for r in rows:
         x = ratio.get((r["mode"], r["width"], r["depth"]), {}) if r["impl"] == "flashchat" else {}
         vs_ar = f"{x['decode_vs_ar']:.2f}x" if "decode_vs_ar" in x else ""
         vs_lm = f"{x['decode_vs_mlx_lm']:.2f}x" if "decode_vs_mlx_lm" in x else ""
+        vs_zl = f"{x['decode_vs_zlab']:.2f}x" if "decode_vs_zlab" in x else ""
         same = {True: "yes", False: "NO"}.get(r.get("identical_to_first"), "")
         acc = r.get("acceptance", float("nan"))
         print(
@@ -266,8 +304,15 @@ def _print_table(rows: list[dict[str, Any]], ratios: list[dict[str, Any]]) -> No
             f"{r['prefill_tps']:>9.1f} {r['ttft_s'] * 1000:>8.0f} {r['decode_tps']:>7.2f} "
             f"{r['tau']:>5.2f} {'' if acc != acc else f'{acc:.0%}':>5} "
             f"{r.get('draft_ms', 0):>6.1f} {r.get('verify_ms', 0):>7.1f} "
-            f"{r.get('commit_ms', 0):>6.1f} {vs_ar:>6} {vs_lm:>9} {same:>4}"
+            f"{r.get('commit_ms', 0):>6.1f} {vs_ar:>6} {vs_lm:>9} {vs_zl:>8} {same:>4}"
         )
+
+
+def _print_auto_choices(rows: list[dict[str, Any]]) -> None:
+    for r in rows:
+        if r["impl"] == "flashchat" and r["mode"] == "auto" and r.get("modes"):
+            steps = ", ".join(f"{m} {n} steps" for m, n in r["modes"].items())
+            print(f"auto at depth {r['depth']} (width {r['width']}): {steps}")
 
 
 def _print_tree_costs(costs: dict[int, dict[int, float]]) -> None:

@@ -34,6 +34,18 @@ def _add_speculation(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--no-lookup", action="store_true", help="no prompt-lookup candidates in the tree"
     )
+    p.add_argument(
+        "--policy",
+        default="cost",
+        choices=["cost", "threshold"],
+        help="auto mode: measured rates (cost) or a context threshold",
+    )
+    p.add_argument(
+        "--auto-threshold",
+        type=int,
+        default=4096,
+        help="threshold policy: context tokens from which plain decoding is used",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -154,7 +166,7 @@ def read_prompt(args: argparse.Namespace) -> str | list[dict[str, str]]:
 def _generate(args: argparse.Namespace) -> int:
     from engine_mlx.api import encode_prompt, load_drafter, load_target
     from engine_mlx.decoding.sampling import SamplingParams
-    from engine_mlx.events import Error, Finished, Tokens, event_to_json
+    from engine_mlx.events import Error, Finished, ModeSwitch, Tokens, event_to_json
     from engine_mlx.session import GenerationConfig, Session
 
     target = load_target(resolve_model(args.model))
@@ -172,6 +184,8 @@ def _generate(args: argparse.Namespace) -> int:
         width=args.width,
         block_size=args.block,
         lookup=not args.no_lookup,
+        policy=args.policy,
+        auto_threshold=args.auto_threshold,
     )
     cancel = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda *_: cancel.set())
@@ -181,6 +195,8 @@ def _generate(args: argparse.Namespace) -> int:
                 print(json.dumps(event_to_json(event), ensure_ascii=False), flush=True)
             elif isinstance(event, Tokens):
                 print(event.text, end="", flush=True)
+            elif isinstance(event, ModeSwitch):
+                print(f"\n[{event.from_mode} -> {event.to_mode}: {event.reason}]", file=sys.stderr)
             elif isinstance(event, Finished):
                 s = event.stats
                 print(

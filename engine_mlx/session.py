@@ -16,15 +16,25 @@ import mlx.core as mx
 
 from engine_mlx.backend import backend_info
 from engine_mlx.chat import IncrementalDetokenizer, StopStringFilter
+from engine_mlx.decoding.ngram import NGramIndex
 from engine_mlx.decoding.sampling import Sampler, SamplingParams
 from engine_mlx.decoding.selector import AcceptanceCalibrator
 from engine_mlx.decoding.strategies import Autoregressive, Drafter, Speculative, Strategy
 from engine_mlx.errors import ContextOverflowError, EngineError
-from engine_mlx.events import Error, Event, Finished, PrefillProgress, Started, Tokens
+from engine_mlx.events import (
+    Error,
+    Event,
+    Finished,
+    ModeSwitch,
+    PrefillProgress,
+    Started,
+    Tokens,
+)
 from engine_mlx.models.target import TargetModel
+from engine_mlx.policy import CostModelPolicy, ThresholdPolicy
 from engine_mlx.stats import StatsTracker
 
-MODES = ("ar", "lookup", "dflash2")
+MODES = ("ar", "lookup", "dflash2", "auto")
 
 
 @dataclass(frozen=True)
@@ -38,6 +48,8 @@ class GenerationConfig:
     width: int = 1  # candidate paths per verification (speculative modes)
     block_size: int | None = None  # draft block; None = the drafter's own (lookup: 8)
     lookup: bool = True  # prompt-lookup candidates in the speculative tree
+    policy: str = "cost"  # auto mode: "cost" (measured rates) or "threshold"
+    auto_threshold: int = 4096  # the threshold policy's switch depth
 
 
 class Session:
@@ -48,26 +60,55 @@ class Session:
         self.drafter = drafter
         self._eos = set(getattr(target.tokenizer, "eos_token_ids", None) or ())
         self._calibrators: dict[tuple[str, bool], AcceptanceCalibrator] = {}
+        self._policies: dict[tuple, CostModelPolicy | ThresholdPolicy] = {}
 
-    def _strategy(self, config: GenerationConfig, cache: list, sampler: Sampler) -> Strategy:
-        if config.mode == "ar":
-            return Autoregressive(self.target, cache, sampler)
-        drafter = self.drafter if config.mode == "dflash2" else None
+    @property
+    def auto_modes(self) -> list[str]:
+        """What auto mode chooses between: plain decoding and the best speculative mode."""
+        return ["ar", "dflash2" if self.drafter is not None else "lookup"]
+
+    def policy(self, config: GenerationConfig) -> CostModelPolicy | ThresholdPolicy:
+        """Kept across generations, so what was measured keeps informing the choice."""
+        modes = self.auto_modes
+        key = (config.policy, config.auto_threshold, config.sampling.greedy, tuple(modes))
+        if key not in self._policies:
+            if config.policy == "threshold":
+                self._policies[key] = ThresholdPolicy(config.auto_threshold, modes[1], "ar")
+            else:
+                preferred = "dflash2" if "dflash2" in modes else "ar"
+                self._policies[key] = CostModelPolicy(modes, preferred=preferred)
+        return self._policies[key]
+
+    def _strategy(
+        self,
+        mode: str,
+        config: GenerationConfig,
+        cache: list,
+        sampler: Sampler,
+        lookup: NGramIndex | None,
+    ) -> Strategy:
+        drafter = self.drafter if mode == "dflash2" else None
+        if mode == "ar":
+            keep = self.drafter if config.mode == "auto" else None  # idle drafter catches up
+            return Autoregressive(
+                self.target,
+                cache,
+                sampler,
+                capture=keep.capture_layers if keep else (),
+                on_features=keep.defer if keep else None,
+            )
         default_block = drafter.block_size if drafter is not None else 8
-        key = (config.mode, config.sampling.greedy)  # acceptance differs greedy vs sampled
-        calibrator = self._calibrators.setdefault(key, AcceptanceCalibrator())
-        if drafter is not None:
-            drafter.reset()
+        key = (mode, config.sampling.greedy)  # acceptance differs greedy vs sampled
         return Speculative(
-            config.mode,
+            mode,
             self.target,
             cache,
             sampler,
-            calibrator,
+            self._calibrators.setdefault(key, AcceptanceCalibrator()),
             drafter=drafter,
             width=config.width,
             block_size=config.block_size or default_block,
-            lookup=config.lookup,
+            lookup=lookup,
         )
 
     @property
@@ -100,6 +141,8 @@ class Session:
                 )
             if config.max_tokens < 1:
                 raise EngineError("max tokens must be at least 1.")
+            if config.policy not in ("cost", "threshold"):
+                raise EngineError("policy must be 'cost' or 'threshold'.")
             if config.mode == "dflash2" and self.drafter is None:
                 raise EngineError("Mode dflash2 needs a DFlash drafter; load one or use ar.")
             if not 1 <= config.width <= 8:
@@ -124,8 +167,21 @@ class Session:
         eos = set() if config.ignore_eos else self._eos
         yield Started(config.mode, len(prompt), self.max_context, backend_info().describe())
         cache = target.make_cache()
-        strategy = self._strategy(config, cache, sampler)
-        capture = strategy.capture_layers
+        auto = config.mode == "auto"
+        uses_drafter = self.drafter is not None and config.mode in ("dflash2", "auto")
+        lookup = NGramIndex() if config.lookup else None
+        policy = self.policy(config) if auto else None
+        mode = policy.choose(len(prompt), None).mode if auto else config.mode
+        strategies: dict[str, Strategy] = {}
+
+        def strategy_for(name: str) -> Strategy:
+            if name not in strategies:
+                strategies[name] = self._strategy(name, config, cache, sampler, lookup)
+            return strategies[name]
+
+        if uses_drafter:
+            self.drafter.reset()
+        capture = self.drafter.capture_layers if uses_drafter else ()
         detok = IncrementalDetokenizer(target.tokenizer)
         stops = StopStringFilter(config.stop_strings)
         text_parts: list[str] = []
@@ -145,9 +201,13 @@ class Session:
             out = target.forward(mx.array(chunk_ids), cache, last_only=True, capture=capture)
             logits = out.logits
             mx.eval(logits, out.features)
-            strategy.observe_prompt(chunk_ids, out.features)
+            if uses_drafter:
+                self.drafter.observe(chunk_ids, out.features)
+            if lookup is not None:
+                lookup.extend(chunk_ids)
             yield PrefillProgress(min(start + config.prefill_chunk, len(prompt)), len(prompt))
         stats.prefill_done()
+        strategy = strategy_for(mode)
         strategy.begin(sampler.sample(logits[0, -1]))
         depth = len(prompt)
         reason = "max_tokens"
@@ -155,12 +215,24 @@ class Session:
             if cancel.is_set():
                 reason = "cancelled"
                 break
+            if policy is not None and tokens:  # the first step is the prefill's token
+                choice = policy.choose(depth, mode)
+                if choice.mode != mode:
+                    root = strategy.release()
+                    strategy = strategy_for(choice.mode)
+                    strategy.resume(root)
+                    yield ModeSwitch(mode, choice.mode, choice.reason or "auto policy")
+                    mode = choice.mode
             remaining = config.max_tokens - len(tokens)
             room = self.max_context - depth
             t_step = time.perf_counter()
             outcome = strategy.step(min(remaining, room))
             step_stats = replace(outcome.stats, seconds=time.perf_counter() - t_step)
+            if policy is not None and tokens:
+                policy.observe(mode, depth, step_stats.committed, step_stats.seconds)
             new = outcome.tokens[: min(remaining, room)]
+            if lookup is not None:
+                lookup.extend(new)
             hit_eos = next((i for i, t in enumerate(new) if t in eos), None)
             if hit_eos is not None:
                 new = new[:hit_eos]

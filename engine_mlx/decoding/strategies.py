@@ -11,7 +11,7 @@ feeds.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -34,53 +34,92 @@ class StepOutcome:
 
 
 class Strategy(Protocol):
-    name: str
-    capture_layers: tuple[int, ...]
+    """Every strategy keeps a root: the newest committed token, not yet in the cache."""
 
-    def observe_prompt(self, ids: Sequence[int], features: list[mx.array]) -> None:
-        """Prompt tokens that went through the target, with the captured layer outputs."""
+    name: str
 
     def begin(self, first_token: mx.array) -> None:
-        """Take over after prefill; ``first_token`` (lazy) came from the prompt's logits."""
+        """Take over after prefill; the first step commits ``first_token`` (lazy, from the
+        prompt's logits)."""
+
+    def resume(self, root: int) -> None:
+        """Take over mid-generation from another strategy; ``root`` is already committed."""
+
+    def release(self) -> int:
+        """Hand over: undo any queued work on the cache and return the root."""
 
     def step(self, limit: int) -> StepOutcome:
         """Commit between 1 and ``limit`` tokens."""
 
 
 class Autoregressive:
-    """One token per step, pipelined like mlx-lm's ``generate_step``: the forward that
-    feeds token n is queued (``async_eval``) before token n's value is read on the host, so
-    Python overhead overlaps the computation."""
+    """One token per step, pipelined like mlx-lm's ``generate_step``: the forward that feeds
+    the root is queued (``async_eval``) before the previous token's value is read on the host,
+    so Python overhead overlaps the computation. A queued forward has already appended the
+    root to the cache; ``release`` rolls that back (snapshot) so another strategy can take
+    over. ``on_features`` receives the captured layers of every root that was fed (the idle
+    drafter's catch-up material)."""
 
     name = "ar"
-    capture_layers: tuple[int, ...] = ()
 
-    def __init__(self, target: TargetModel, cache: list[Any], sampler: Sampler) -> None:
+    def __init__(
+        self,
+        target: TargetModel,
+        cache: list[Any],
+        sampler: Sampler,
+        *,
+        capture: tuple[int, ...] = (),
+        on_features: Callable[[list[mx.array]], None] | None = None,
+    ) -> None:
         self.target = target
         self.cache = cache
         self.sampler = sampler
-        self._pending: mx.array | None = None
-
-    def observe_prompt(self, ids: Sequence[int], features: list[mx.array]) -> None:
-        pass
+        self.capture = capture
+        self.on_features = on_features
+        self._root: mx.array | None = None
+        self._first = False
+        self._queued: tuple[mx.array, Any, list[mx.array]] | None = None
 
     def begin(self, first_token: mx.array) -> None:
-        self._pending = first_token
+        self._root, self._first, self._queued = first_token, True, None
         mx.async_eval(first_token)
 
+    def resume(self, root: int) -> None:
+        self._root, self._first, self._queued = mx.array(root), False, None
+
+    def release(self) -> int:
+        if self._queued is not None:
+            self.target.restore(self.cache, self._queued[1])
+            self._queued = None
+        if self._root is None:
+            raise RuntimeError("nothing to hand over")
+        return int(self._root.item())
+
+    def _queue(self) -> None:
+        snap = self.target.snapshot(self.cache)
+        out = self.target.forward(self._root.reshape(1), self.cache, capture=self.capture)
+        nxt = self.sampler.sample(out.logits[0, -1])
+        mx.async_eval(nxt)
+        self._queued = (nxt, snap, out.features)
+
     def step(self, limit: int) -> StepOutcome:
-        token = self._pending
-        if token is None:
+        if self._root is None:
             raise RuntimeError("begin() was not called")
-        if limit > 1:
-            logits = self.target.forward(token.reshape(1), self.cache).logits
-            self._pending = self.sampler.sample(logits[0, -1])
-            mx.async_eval(self._pending)
+        if self._first:
+            self._first = False
+            token = int(self._root.item())
         else:
-            self._pending = None
-        return StepOutcome(
-            [int(token.item())], [False], StepStats(mode=self.name, committed=1, width=1)
-        )
+            if self._queued is None:
+                self._queue()
+            nxt, _, features = self._queued
+            self._queued = None
+            token = int(nxt.item())
+            if self.on_features is not None and features:
+                self.on_features(features)
+            self._root = nxt
+        if limit > 1:
+            self._queue()
+        return StepOutcome([token], [False], StepStats(mode=self.name, committed=1, width=1))
 
 
 class Drafter(Protocol):
@@ -97,6 +136,9 @@ class Drafter(Protocol):
 
     def reset(self) -> None:
         """Forget the context (a new generation starts)."""
+
+    def defer(self, features: list[mx.array]) -> None:
+        """Features of a token committed while another mode decodes; used on catch-up."""
 
 
 class Speculative:
@@ -118,7 +160,7 @@ class Speculative:
         drafter: Drafter | None = None,
         width: int = 1,
         block_size: int = 8,
-        lookup: bool = True,
+        lookup: NGramIndex | None = None,
     ) -> None:
         self.name = name
         self.target, self.cache, self.sampler = target, cache, sampler
@@ -126,20 +168,22 @@ class Speculative:
         self.drafter = drafter
         self.width = 1 if target.is_hybrid else max(1, width)
         self.block_size = block_size
-        self.lookup = NGramIndex() if lookup else None
+        self.lookup = lookup  # shared with the session, which feeds it every committed token
         self.capture_layers = drafter.capture_layers if drafter else ()
         self._root: mx.array | None = None
         self._first = True
 
-    def observe_prompt(self, ids: Sequence[int], features: list[mx.array]) -> None:
-        if self.lookup is not None:
-            self.lookup.extend(list(ids))
-        if self.drafter is not None:
-            self.drafter.observe(ids, features)
-
     def begin(self, first_token: mx.array) -> None:
         self._root = first_token
         self._first = True
+
+    def resume(self, root: int) -> None:
+        self._root, self._first = mx.array(root), False
+
+    def release(self) -> int:
+        if self._root is None:
+            raise RuntimeError("nothing to hand over")
+        return int(self._root.item())
 
     def step(self, limit: int) -> StepOutcome:
         if self._root is None:
@@ -147,8 +191,6 @@ class Speculative:
         root = int(self._root.item())
         if self._first:  # the prefill forward's token
             self._first = False
-            if self.lookup is not None:
-                self.lookup.extend([root])
             return StepOutcome([root], [False], StepStats(mode=self.name, committed=1, width=1))
         t0 = time.perf_counter()
         tree = self.propose(root, max_depth=min(self.block_size - 1, limit - 1))
@@ -171,8 +213,6 @@ class Speculative:
         if self.drafter is not None:
             idx = mx.array(keep)
             self.drafter.observe(committed_ids, [f[:, idx] for f in out.features])
-        if self.lookup is not None:
-            self.lookup.extend(result.tokens)
         self.calibrator.observe(tree, result)
         self._root = mx.array(result.bonus)
         t3 = time.perf_counter()

@@ -141,7 +141,9 @@ def test_bench_writes_json(tiny_model_dir, tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     report = json.loads(out.read_text())
-    cells = {(r["impl"], r["mode"], r["width"], r["depth"]) for r in report["results"]}
+    # (a z-lab row joins when the optional `dflash` package is installed)
+    results = [r for r in report["results"] if r["impl"] != "z-lab"]
+    cells = {(r["impl"], r["mode"], r["width"], r["depth"]) for r in results}
     assert cells == {
         (impl, mode, w, d)
         for d in (0, 64)
@@ -152,8 +154,8 @@ def test_bench_writes_json(tiny_model_dir, tmp_path):
             ("mlx-lm", "ar", 1),
         ]
     }
-    assert all(r["tokens"] == 8 and r["decode_tps"] > 0 for r in report["results"])
-    ours = [r for r in report["results"] if r["impl"] == "flashchat"]
+    assert all(r["tokens"] == 8 and r["decode_tps"] > 0 for r in results)
+    ours = [r for r in results if r["impl"] == "flashchat"]
     assert all(r["identical_to_first"] for r in ours)  # greedy: every mode, the same tokens
     spec = [r for r in ours if r["mode"] == "dflash2"]
     assert all(r["verify_ms"] > 0 and r["draft_ms"] > 0 for r in spec)

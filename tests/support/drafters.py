@@ -57,6 +57,9 @@ class OracleDrafter:
     def observe(self, ids: Sequence[int], features: list[mx.array]) -> None:
         self.context.extend(int(i) for i in ids)
 
+    def defer(self, features: list[mx.array]) -> None:
+        raise AssertionError("the oracle takes no features")
+
     def propose(self, root: int, depth: int, top_k: int) -> BlockCandidates:
         cache = self.target.make_cache()
         logits = self.target.forward(mx.array([*self.context, root]), cache).logits[0, -1]

@@ -93,7 +93,7 @@ def test_cache_after_each_step_equals_plain_cache(arch, tiny_target):
         block_size=5,
     )
     out = target.forward(mx.array(prompt), cache, capture=strategy.capture_layers)
-    strategy.observe_prompt(prompt, out.features)
+    drafter.observe(prompt, out.features)
     strategy.begin(mx.argmax(out.logits[0, -1]))
     committed: list[int] = []
     widths = set()

@@ -1,0 +1,88 @@
+"""The auto-toggle on synthetic cost curves: switches at the crossing, no flapping, re-probing,
+forced modes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from engine_mlx.policy import CostModelPolicy, ThresholdPolicy
+
+Curve = Callable[[int], tuple[float, float]]  # depth -> (tokens per step, seconds per step)
+
+
+def _simulate(policy, curves: dict[str, Curve], start: str, depth: int, steps: int):
+    """Run the policy like the session does; returns [(depth, mode, reason)] per step."""
+    mode, trace = start, []
+    for _ in range(steps):
+        choice = policy.choose(depth, mode)
+        mode = choice.mode
+        tau, secs = curves[mode](depth)
+        policy.observe(mode, depth, tau, secs)
+        trace.append((depth, mode, choice.reason))
+        depth += round(tau)
+    return trace
+
+
+def _switches(trace):
+    return [(d, m, r) for d, m, r in trace if r and "re-measuring" not in r]
+
+
+# DFlash2: tau 4, step time growing with depth (a wide verify pays attention per node): rate
+# 4 / (0.1 + 1e-4 d). MTP: tau 2, flat 0.25 s: rate 8. They cross at depth 3,000.
+CURVES: dict[str, Curve] = {
+    "dflash2": lambda d: (4.0, 0.1 + 1e-4 * d),
+    "mtp": lambda d: (2.0, 0.25),
+}
+
+
+def test_switches_after_the_crossing_and_says_why():
+    policy = CostModelPolicy(["dflash2", "mtp"], preferred="dflash2", probe_interval=20)
+    trace = _simulate(policy, CURVES, "dflash2", depth=100, steps=3000)
+    switches = _switches(trace)
+    to_mtp = [s for s in switches if s[1] == "mtp"]
+    assert to_mtp, "never switched to MTP"
+    depth, _, reason = to_mtp[0]
+    assert 3000 <= depth <= 9000  # at or after the crossing (octave buckets + hysteresis)
+    assert "MTP measured" in reason and "DFlash2" in reason and f"{depth:,}" in reason
+    assert trace[0][1] == "dflash2" and trace[-1][1] == "mtp"
+    # before the crossing the fast mode dominates
+    early = [m for d, m, _ in trace if d < 3000]
+    assert early.count("dflash2") > 0.8 * len(early)
+
+
+def test_no_flapping_when_rates_are_close():
+    flat: dict[str, Curve] = {"a": lambda d: (2.0, 0.200), "b": lambda d: (2.0, 0.195)}
+    policy = CostModelPolicy(["a", "b"], preferred="a", probe_interval=10)
+    trace = _simulate(policy, flat, "a", depth=0, steps=2000)
+    assert len(_switches(trace)) <= 1  # 2.5% apart: inside the hysteresis
+
+
+def test_reprobes_a_mode_that_measured_badly_once():
+    state = {"calls": 0}
+
+    def improving(d: int) -> tuple[float, float]:
+        state["calls"] += 1
+        return (3.0, 1.0) if state["calls"] <= 4 else (3.0, 0.1)  # slow at first, then fast
+
+    curves: dict[str, Curve] = {"ar": lambda d: (1.0, 0.1), "dflash2": improving}
+    policy = CostModelPolicy(["ar", "dflash2"], preferred="ar", probe_interval=16, stale_after=64)
+    trace = _simulate(policy, curves, "ar", depth=0, steps=400)
+    probes = [r for _, _, r in trace if "re-measuring" in r]
+    assert len(probes) >= 2
+    assert trace[-1][1] == "dflash2"  # found it fast after all
+
+
+def test_forced_mode_wins():
+    policy = CostModelPolicy(["dflash2", "mtp"], preferred="dflash2")
+    policy.forced = "mtp"
+    trace = _simulate(policy, CURVES, "dflash2", depth=0, steps=50)
+    assert {m for _, m, _ in trace} == {"mtp"}
+    assert "forced" in trace[0][2]
+
+
+def test_threshold_rule():
+    policy = ThresholdPolicy(4096, "dflash2", "mtp")
+    assert policy.choose(100, None).mode == "dflash2"
+    switched = policy.choose(5000, "dflash2")
+    assert switched.mode == "mtp" and "threshold 4,096" in switched.reason
+    assert policy.choose(5001, "mtp").reason == ""
