@@ -28,6 +28,7 @@ class Driver(QObject):
         super().__init__()
         self.app, self.win, self.args = app, win, args
         self.segments = 0
+        self.switched_at = 0
 
     def grab(self, name: str) -> None:
         self.app.primaryScreen().grabWindow(0).save(str(self.args.out / name))
@@ -39,18 +40,44 @@ class Driver(QObject):
 
     @Slot()
     def start(self) -> None:
-        self.grab("empty.png")
-        self.win.prompt_edit.setPlainText(self.args.prompt)
+        prompt = self.args.prompt
+        if self.args.switch_at:
+            from dataclasses import replace
+
+            text = Path(self.args.prompt_file).read_text(encoding="utf-8")
+            prompt = f"Summarise this document in a few sentences:\n\n{text}"
+            self.win.settings = replace(
+                self.win.settings,
+                forced_mode="auto",
+                auto_threshold=self.args.switch_at,
+                max_tokens=400,
+                temperature=0.0,
+            )
+            self.win.panel.set_auto(True)
+        else:
+            self.grab("empty.png")
+        self.win.prompt_edit.setPlainText(prompt)
         self.win.send()
 
     @Slot(list, dict)
     def on_segments(self, *_: object) -> None:
         self.segments += 1
-        if self.segments == 45:
+        if self.args.switch_at:
+            if self.switched_at and self.segments == self.switched_at + 30:
+                self.grab("switch.png")
+                self.win.stop()
+        elif self.segments == 45:
             self.grab("streaming.png")
+
+    @Slot(str, str, str)
+    def on_switch(self, *_: object) -> None:
+        self.switched_at = self.segments
 
     @Slot(str, dict, str)
     def on_finished(self, *_: object) -> None:
+        if self.args.switch_at:
+            QTimer.singleShot(300, self.app.quit)
+            return
         QTimer.singleShot(300, self.finish)
 
     @Slot()
@@ -71,6 +98,13 @@ def main() -> int:
     parser.add_argument("out", type=Path)
     parser.add_argument("--model", default="")
     parser.add_argument("--drafter", default="")
+    parser.add_argument("--prompt-file", default="README.md", help="text for --switch-at")
+    parser.add_argument(
+        "--switch-at",
+        type=int,
+        default=0,
+        help="auto mode with a context threshold: capture the mode switch (switch.png) instead",
+    )
     parser.add_argument(
         "--prompt", default="Explain what speculative decoding is, with a short Python example."
     )
@@ -91,6 +125,7 @@ def main() -> int:
     win.worker.segments.connect(driver.on_segments)
     win.worker.finished.connect(driver.on_finished)
     win.worker.error.connect(driver.on_error)
+    win.worker.mode_switched.connect(driver.on_switch)
     return app.exec()
 
 
