@@ -17,7 +17,7 @@ from typing import Any
 from PySide6.QtCore import QObject, Signal, Slot
 
 import engine_mlx  # noqa: F401  (OpenBLAS before mlx)
-from engine_mlx.api import encode_prompt, load_drafter, load_target
+from engine_mlx.api import encode_prompt, load_drafter, load_mtp_drafter, load_target
 from engine_mlx.backend import backend_info
 from engine_mlx.decoding.sampling import SamplingParams
 from engine_mlx.errors import EngineError
@@ -84,8 +84,10 @@ class EngineWorker(QObject):
             traceback.print_exc()
             self.error.emit(f"Could not load the model: {exc}")
             return
-        self._session = Session(target, drafter)
-        modes = ["ar", "lookup"] + (["dflash2"] if drafter else []) + ["auto"]
+        mtp, mtp_reason = load_mtp_drafter(target)
+        self._session = Session(target, drafter, mtp, mtp_reason)
+        modes = ["ar", "lookup"] + (["dflash2"] if drafter else []) + (["mtp"] if mtp else [])
+        modes.append("auto")
         self.model_loaded.emit(
             {
                 "name": target.spec.name,
@@ -95,6 +97,8 @@ class EngineWorker(QObject):
                 "modes": modes,
                 "drafter": Path(drafter_path).name if drafter_path else "",
                 "drafter_path": str(Path(drafter_path)) if drafter_path else "",
+                "mtp": "built-in head" if mtp else "",
+                "mtp_reason": mtp_reason,
             }
         )
 

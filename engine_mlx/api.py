@@ -6,6 +6,7 @@ from pathlib import Path
 
 from engine_mlx.chat import ChatFormatter
 from engine_mlx.decoding.dflash_drafter import DFlashDrafter
+from engine_mlx.decoding.mtp_drafter import MTPDrafter
 from engine_mlx.errors import ChatTemplateError
 from engine_mlx.models.dflash import (
     DFlashConfig,
@@ -15,6 +16,7 @@ from engine_mlx.models.dflash import (
     save_dflash,
 )
 from engine_mlx.models.loading import text_config
+from engine_mlx.models.mtp import MTPUnavailable, load_mtp
 from engine_mlx.models.target import TargetModel
 
 Prompt = str | list[dict[str, str]]
@@ -28,6 +30,16 @@ def load_target(path: str | Path) -> TargetModel:
 def load_drafter(path: str | Path, target: TargetModel) -> DFlashDrafter:
     """Load a DFlash / DFlash2 drafter and bind it to ``target`` (refused if it does not fit)."""
     return DFlashDrafter(load_dflash(path), target)
+
+
+def load_mtp_drafter(
+    target: TargetModel, file: str | Path | None = None, steps: int = 3, hidden: str = "post"
+) -> tuple[MTPDrafter | None, str]:
+    """The target's built-in MTP head (or the one in ``file``), or None and the reason."""
+    try:
+        return MTPDrafter(load_mtp(target, file), target, steps, hidden), ""
+    except MTPUnavailable as exc:
+        return None, str(exc)
 
 
 def init_drafter(

@@ -56,6 +56,7 @@ def run_ours(
     lookup: bool = True,
     policy: str = "cost",
     auto_threshold: int = 4096,
+    mtp_steps: int = 3,
 ) -> dict[str, Any]:
     config = GenerationConfig(
         max_tokens=max_tokens,
@@ -66,6 +67,7 @@ def run_ours(
         lookup=lookup,
         policy=policy,
         auto_threshold=auto_threshold,
+        mtp_steps=mtp_steps,
     )
     finished, steps = None, []
     for event in session.generate(prompt, config):
@@ -167,7 +169,12 @@ def run_bench(args: argparse.Namespace) -> int:
     drafter = load_drafter(args.drafter, target) if args.drafter else None
     if "dflash2" in modes and drafter is None:
         raise EngineError("mode dflash2 needs --drafter DIR (init-drafter makes a random one)")
-    session = Session(target, drafter)
+    from engine_mlx.api import load_mtp_drafter
+
+    mtp, mtp_reason = load_mtp_drafter(target, args.mtp, args.mtp_steps, args.mtp_hidden)
+    if "mtp" in modes and mtp is None:
+        raise EngineError(f"mode mtp: {mtp_reason}")
+    session = Session(target, drafter, mtp, mtp_reason)
     baseline = None if args.no_baseline else make_baseline(path, target.dtype)
     zlab = None
     if "dflash2" in modes and drafter is not None and not args.no_baseline:
@@ -183,7 +190,7 @@ def run_bench(args: argparse.Namespace) -> int:
             )
     info = backend_info(target.dtype)
     print(f"# {machine_description()}; {info.describe()}; model {path.name}")
-    cells = [(m, w) for m in modes for w in (widths if m != "ar" else [1])]
+    cells = [(m, w) for m in modes for w in (widths if m not in ("ar", "mtp") else [1])]
     block = args.block or (drafter.block_size if drafter else 8)
     rows: list[dict[str, Any]] = []
     tree_costs: dict[int, dict[int, float]] = {}
@@ -211,6 +218,7 @@ def run_bench(args: argparse.Namespace) -> int:
                         not args.no_lookup,
                         args.policy,
                         args.auto_threshold,
+                        args.mtp_steps,
                     )
                 )
             if baseline:

@@ -35,6 +35,16 @@ def _add_speculation(p: argparse.ArgumentParser) -> None:
         "--no-lookup", action="store_true", help="no prompt-lookup candidates in the tree"
     )
     p.add_argument(
+        "--mtp", default=None, help="MTP head: a separate .safetensors file (default: built-in)"
+    )
+    p.add_argument("--mtp-steps", type=int, default=3, help="tokens the MTP head drafts (1-4)")
+    p.add_argument(
+        "--mtp-hidden",
+        default="post",
+        choices=["post", "pre"],
+        help="target state fed to the MTP head: after or before the final norm",
+    )
+    p.add_argument(
         "--policy",
         default="cost",
         choices=["cost", "threshold"],
@@ -164,13 +174,16 @@ def read_prompt(args: argparse.Namespace) -> str | list[dict[str, str]]:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from engine_mlx.api import encode_prompt, load_drafter, load_target
+    from engine_mlx.api import encode_prompt, load_drafter, load_mtp_drafter, load_target
     from engine_mlx.decoding.sampling import SamplingParams
     from engine_mlx.events import Error, Finished, ModeSwitch, Tokens, event_to_json
     from engine_mlx.session import GenerationConfig, Session
 
     target = load_target(resolve_model(args.model))
     drafter = load_drafter(args.drafter, target) if args.drafter else None
+    mtp, mtp_reason = load_mtp_drafter(target, args.mtp, args.mtp_steps, args.mtp_hidden)
+    if args.mode == "mtp" and mtp is None:
+        raise EngineError(f"MTP is unavailable: {mtp_reason}")
     ids = encode_prompt(target, read_prompt(args), chat=args.chat, system=args.system)
     try:
         sampling = SamplingParams(args.temp, args.top_k, args.top_p, args.min_p, args.seed)
@@ -186,11 +199,13 @@ def _generate(args: argparse.Namespace) -> int:
         lookup=not args.no_lookup,
         policy=args.policy,
         auto_threshold=args.auto_threshold,
+        mtp_steps=args.mtp_steps,
     )
     cancel = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda *_: cancel.set())
     try:
-        for event in Session(target, drafter).generate(ids, config, cancel):
+        session = Session(target, drafter, mtp, mtp_reason)
+        for event in session.generate(ids, config, cancel):
             if args.json:
                 print(json.dumps(event_to_json(event), ensure_ascii=False), flush=True)
             elif isinstance(event, Tokens):

@@ -34,7 +34,7 @@ from engine_mlx.models.target import TargetModel
 from engine_mlx.policy import CostModelPolicy, ThresholdPolicy
 from engine_mlx.stats import StatsTracker
 
-MODES = ("ar", "lookup", "dflash2", "auto")
+MODES = ("ar", "lookup", "dflash2", "mtp", "auto")
 
 
 @dataclass(frozen=True)
@@ -50,14 +50,45 @@ class GenerationConfig:
     lookup: bool = True  # prompt-lookup candidates in the speculative tree
     policy: str = "cost"  # auto mode: "cost" (measured rates) or "threshold"
     auto_threshold: int = 4096  # the threshold policy's switch depth
+    mtp_steps: int = 3  # tokens an MTP head drafts per step (1-4)
+
+
+class DrafterGroup:
+    """The drafters one generation keeps fed: the verify forward captures the union of their
+    layers, and every token that goes through the target reaches each of them — observed by
+    the one drafting now, deferred (cheap) by idle ones, which catch up when chosen."""
+
+    def __init__(self, drafters: list[Drafter]) -> None:
+        self.drafters = drafters
+        self.capture = tuple(sorted({lid for d in drafters for lid in d.capture_layers}))
+
+    def _select(self, drafter: Drafter, features: list[mx.array]) -> list[mx.array]:
+        return [features[self.capture.index(lid)] for lid in drafter.capture_layers]
+
+    def observe_all(self, ids: Sequence[int], features: list[mx.array]) -> None:
+        for d in self.drafters:
+            d.observe(ids, self._select(d, features))
+
+    def feed(self, ids: Sequence[int], features: list[mx.array], active: Drafter | None) -> None:
+        for d in self.drafters:
+            sub = self._select(d, features)
+            (d.observe if d is active else d.defer)(ids, sub)
 
 
 class Session:
     """One target, one generation at a time."""
 
-    def __init__(self, target: TargetModel, drafter: Drafter | None = None) -> None:
+    def __init__(
+        self,
+        target: TargetModel,
+        drafter: Drafter | None = None,
+        mtp: Drafter | None = None,
+        mtp_unavailable: str = "no MTP head loaded",
+    ) -> None:
         self.target = target
         self.drafter = drafter
+        self.mtp = mtp
+        self.mtp_unavailable = mtp_unavailable if mtp is None else ""
         self._eos = set(getattr(target.tokenizer, "eos_token_ids", None) or ())
         self._calibrators: dict[tuple[str, bool], AcceptanceCalibrator] = {}
         self._policies: dict[tuple, CostModelPolicy | ThresholdPolicy] = {}
@@ -65,7 +96,8 @@ class Session:
     @property
     def auto_modes(self) -> list[str]:
         """What auto mode chooses between: plain decoding and the best speculative mode."""
-        return ["ar", "dflash2" if self.drafter is not None else "lookup"]
+        modes = ["ar", "dflash2" if self.drafter is not None else "lookup"]
+        return modes + (["mtp"] if self.mtp is not None else [])
 
     def policy(self, config: GenerationConfig) -> CostModelPolicy | ThresholdPolicy:
         """Kept across generations, so what was measured keeps informing the choice."""
@@ -73,11 +105,18 @@ class Session:
         key = (config.policy, config.auto_threshold, config.sampling.greedy, tuple(modes))
         if key not in self._policies:
             if config.policy == "threshold":
-                self._policies[key] = ThresholdPolicy(config.auto_threshold, modes[1], "ar")
+                long_mode = "mtp" if "mtp" in modes else "ar"
+                self._policies[key] = ThresholdPolicy(config.auto_threshold, modes[1], long_mode)
             else:
                 preferred = "dflash2" if "dflash2" in modes else "ar"
                 self._policies[key] = CostModelPolicy(modes, preferred=preferred)
         return self._policies[key]
+
+    def _drafters_for(self, mode: str) -> list[Drafter]:
+        if mode == "auto":
+            return [d for d in (self.drafter, self.mtp) if d is not None]
+        own = {"dflash2": self.drafter, "mtp": self.mtp}.get(mode)
+        return [own] if own is not None else []
 
     def _strategy(
         self,
@@ -86,17 +125,18 @@ class Session:
         cache: list,
         sampler: Sampler,
         lookup: NGramIndex | None,
+        group: DrafterGroup,
     ) -> Strategy:
-        drafter = self.drafter if mode == "dflash2" else None
         if mode == "ar":
-            keep = self.drafter if config.mode == "auto" else None  # idle drafter catches up
             return Autoregressive(
                 self.target,
                 cache,
                 sampler,
-                capture=keep.capture_layers if keep else (),
-                on_features=keep.defer if keep else None,
+                capture=group.capture,
+                on_features=group.feed if group.drafters else None,
             )
+        drafter = {"dflash2": self.drafter, "mtp": self.mtp}.get(mode)
+        block = config.mtp_steps + 1 if mode == "mtp" else config.block_size
         default_block = drafter.block_size if drafter is not None else 8
         key = (mode, config.sampling.greedy)  # acceptance differs greedy vs sampled
         return Speculative(
@@ -106,9 +146,11 @@ class Session:
             sampler,
             self._calibrators.setdefault(key, AcceptanceCalibrator()),
             drafter=drafter,
-            width=config.width,
-            block_size=config.block_size or default_block,
-            lookup=lookup,
+            width=1 if mode == "mtp" else config.width,
+            block_size=block or default_block,
+            lookup=lookup if mode != "mtp" else None,
+            capture=group.capture,
+            feed=group.feed,
         )
 
     @property
@@ -143,6 +185,10 @@ class Session:
                 raise EngineError("max tokens must be at least 1.")
             if config.policy not in ("cost", "threshold"):
                 raise EngineError("policy must be 'cost' or 'threshold'.")
+            if config.mode == "mtp" and self.mtp is None:
+                raise EngineError(f"MTP is unavailable: {self.mtp_unavailable}.")
+            if not 1 <= config.mtp_steps <= 4:
+                raise EngineError("MTP steps must be between 1 and 4.")
             if config.mode == "dflash2" and self.drafter is None:
                 raise EngineError("Mode dflash2 needs a DFlash drafter; load one or use ar.")
             if not 1 <= config.width <= 8:
@@ -168,7 +214,7 @@ class Session:
         yield Started(config.mode, len(prompt), self.max_context, backend_info().describe())
         cache = target.make_cache()
         auto = config.mode == "auto"
-        uses_drafter = self.drafter is not None and config.mode in ("dflash2", "auto")
+        group = DrafterGroup(self._drafters_for(config.mode))
         lookup = NGramIndex() if config.lookup else None
         policy = self.policy(config) if auto else None
         mode = policy.choose(len(prompt), None).mode if auto else config.mode
@@ -176,12 +222,12 @@ class Session:
 
         def strategy_for(name: str) -> Strategy:
             if name not in strategies:
-                strategies[name] = self._strategy(name, config, cache, sampler, lookup)
+                strategies[name] = self._strategy(name, config, cache, sampler, lookup, group)
             return strategies[name]
 
-        if uses_drafter:
-            self.drafter.reset()
-        capture = self.drafter.capture_layers if uses_drafter else ()
+        for drafter in group.drafters:
+            drafter.reset()
+        capture = group.capture
         detok = IncrementalDetokenizer(target.tokenizer)
         stops = StopStringFilter(config.stop_strings)
         text_parts: list[str] = []
@@ -201,8 +247,8 @@ class Session:
             out = target.forward(mx.array(chunk_ids), cache, last_only=True, capture=capture)
             logits = out.logits
             mx.eval(logits, out.features)
-            if uses_drafter:
-                self.drafter.observe(chunk_ids, out.features)
+            if group.drafters:
+                group.observe_all(chunk_ids, out.features)
             if lookup is not None:
                 lookup.extend(chunk_ids)
             yield PrefillProgress(min(start + config.prefill_chunk, len(prompt)), len(prompt))

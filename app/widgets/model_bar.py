@@ -48,7 +48,6 @@ class ModelBar(QWidget):
         self.mtp_box.setAccessibleName("MTP head")
         self.mtp_box.addItem("No MTP head")
         self.mtp_box.setEnabled(False)
-        self.mtp_box.setToolTip("MTP heads are not supported by this version yet.")
         self.status = QLabel("Loading…", self)
         self.status.setAccessibleName("Model status")
         layout = QHBoxLayout(self)
@@ -95,5 +94,12 @@ class ModelBar(QWidget):
             self.target_box.setCurrentIndex(index)
         dindex = self.drafter_box.findData(info.get("drafter_path", ""))
         self.drafter_box.setCurrentIndex(max(0, dindex))
+        self.mtp_box.clear()
+        if info.get("mtp"):
+            self.mtp_box.addItem(f"MTP: {info['mtp']}")
+            self.mtp_box.setToolTip("The model's own multi-token-prediction head is loaded.")
+        else:
+            self.mtp_box.addItem("No MTP head")
+            self.mtp_box.setToolTip(f"MTP unavailable: {info.get('mtp_reason', '')}")
         self.status.setText(f"{info['name']} · context {info['max_context']:,}")
         self.status.setToolTip(info.get("backend", ""))

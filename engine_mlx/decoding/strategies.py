@@ -69,7 +69,7 @@ class Autoregressive:
         sampler: Sampler,
         *,
         capture: tuple[int, ...] = (),
-        on_features: Callable[[list[mx.array]], None] | None = None,
+        on_features: Callable[[list[int], list[mx.array], None], None] | None = None,
     ) -> None:
         self.target = target
         self.cache = cache
@@ -114,8 +114,8 @@ class Autoregressive:
             nxt, _, features = self._queued
             self._queued = None
             token = int(nxt.item())
-            if self.on_features is not None and features:
-                self.on_features(features)
+            if self.on_features is not None:
+                self.on_features([int(self._root.item())], features, None)
             self._root = nxt
         if limit > 1:
             self._queue()
@@ -137,8 +137,8 @@ class Drafter(Protocol):
     def reset(self) -> None:
         """Forget the context (a new generation starts)."""
 
-    def defer(self, features: list[mx.array]) -> None:
-        """Features of a token committed while another mode decodes; used on catch-up."""
+    def defer(self, ids: Sequence[int], features: list[mx.array]) -> None:
+        """A token fed to the target while another mode decodes, with its features."""
 
 
 class Speculative:
@@ -161,6 +161,8 @@ class Speculative:
         width: int = 1,
         block_size: int = 8,
         lookup: NGramIndex | None = None,
+        capture: tuple[int, ...] | None = None,
+        feed: Callable[[list[int], list[mx.array], Drafter | None], None] | None = None,
     ) -> None:
         self.name = name
         self.target, self.cache, self.sampler = target, cache, sampler
@@ -169,7 +171,12 @@ class Speculative:
         self.width = 1 if target.is_hybrid else max(1, width)
         self.block_size = block_size
         self.lookup = lookup  # shared with the session, which feeds it every committed token
-        self.capture_layers = drafter.capture_layers if drafter else ()
+        # What the verify forward captures, and who gets it: by default this drafter alone;
+        # in auto mode the session's feed also hands it to idle drafters.
+        self.capture_layers = (
+            capture if capture is not None else (drafter.capture_layers if drafter else ())
+        )
+        self.feed = feed
         self._root: mx.array | None = None
         self._first = True
 
@@ -210,9 +217,13 @@ class Speculative:
         keep = [0, *result.path]
         self._commit(tree, keep, prefix, snap)
         committed_ids = [tree.tokens[i] for i in keep]
-        if self.drafter is not None:
+        if self.feed is not None or self.drafter is not None:
             idx = mx.array(keep)
-            self.drafter.observe(committed_ids, [f[:, idx] for f in out.features])
+            feats = [f[:, idx] for f in out.features]
+            if self.feed is not None:
+                self.feed(committed_ids, feats, self.drafter)
+            elif self.drafter is not None:
+                self.drafter.observe(committed_ids, feats)
         self.calibrator.observe(tree, result)
         self._root = mx.array(result.bonus)
         t3 = time.perf_counter()

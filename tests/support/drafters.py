@@ -57,7 +57,7 @@ class OracleDrafter:
     def observe(self, ids: Sequence[int], features: list[mx.array]) -> None:
         self.context.extend(int(i) for i in ids)
 
-    def defer(self, features: list[mx.array]) -> None:
+    def defer(self, ids: Sequence[int], features: list[mx.array]) -> None:
         raise AssertionError("the oracle takes no features")
 
     def propose(self, root: int, depth: int, top_k: int) -> BlockCandidates:
@@ -71,3 +71,31 @@ class OracleDrafter:
             probs.append(p[order].tolist())
             logits = self.target.forward(order[:1], cache).logits[0, -1]
         return BlockCandidates(np.array(tokens), np.array(probs))
+
+
+def random_mtp_head(target: TargetModel, seed: int = 0):
+    """A random MTP head shaped for ``target`` (fc scaled so its drafts are not constant)."""
+    from engine_mlx.models.mtp import new_head
+
+    mx.random.seed(seed)
+    head = new_head(target)
+    h = target.spec.hidden_size
+    head.fc.weight = mx.random.normal((h, 2 * h)) * (1.0 / h**0.5)
+    mx.eval(head.parameters())
+    return head
+
+
+def write_builtin_mtp(target: TargetModel, head) -> None:
+    """Add ``mtp.*`` tensors to the target's checkpoint in Hugging Face Qwen3.5 layout
+    (zero-centred norms), as real Qwen3.5 checkpoints carry them."""
+    from mlx.utils import tree_flatten
+
+    from engine_mlx.models.mtp import NORM_SUFFIXES
+
+    file = target.spec.path / "model.safetensors"
+    weights = dict(mx.load(str(file)))
+    for key, value in tree_flatten(head.parameters()):
+        if key.endswith(NORM_SUFFIXES) and value.ndim == 1:
+            value = value - 1.0
+        weights[f"mtp.{key}"] = value
+    mx.save_safetensors(str(file), weights, metadata={"format": "pt"})

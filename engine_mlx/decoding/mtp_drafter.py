@@ -1,0 +1,83 @@
+"""An MTP head bound to a target: drafts a chain of tokens from the target's last hidden state.
+
+The head's layer keeps a KV cache with one entry per committed token pair (hidden of token i,
+token i+1), filled as tokens are committed; a proposal appends the chain's entries, then trims
+them off again. ``hidden`` selects which target state feeds the head: ``"post"`` (after the
+final norm, as vLLM feeds Qwen3-Next and DeepSeek MTP heads) or ``"pre"``; no trained head was
+available here to measure which accepts more, so the default follows that reference.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import mlx.core as mx
+import numpy as np
+from mlx_lm.models.cache import KVCache
+
+from engine_mlx.decoding.selector import BlockCandidates
+from engine_mlx.models.mtp import MTPHead
+from engine_mlx.models.target import TargetModel
+
+
+class MTPDrafter:
+    """Implements the ``Drafter`` protocol of ``decoding.strategies``."""
+
+    def __init__(
+        self, head: MTPHead, target: TargetModel, steps: int = 3, hidden: str = "post"
+    ) -> None:
+        if hidden not in ("pre", "post"):
+            raise ValueError("hidden must be 'pre' or 'post'")
+        self.head, self.target, self.hidden = head, target, hidden
+        self.block_size = steps + 1
+        self.capture_layers = (len(target.layers) - 1,)
+        self.reset()
+
+    def reset(self) -> None:
+        self._cache = KVCache()
+        self._pending: mx.array | None = None  # hidden of the newest fed token, [1, 1, H]
+
+    def _state(self, features: list[mx.array]) -> mx.array:
+        h = features[0]
+        return self.target.inner.norm(h) if self.hidden == "post" else h
+
+    def observe(self, ids: Sequence[int], features: list[mx.array]) -> None:
+        """Tokens that went through the target with their hiddens: pair each hidden with the
+        token after it and append those pairs to the head's cache."""
+        if not ids:
+            return
+        h = self._state(features)
+        tokens = mx.array(list(ids))[None]
+        if self._pending is not None:
+            hiddens = mx.concatenate([self._pending, h[:, :-1]], axis=1)
+            nexts = tokens
+        else:
+            hiddens, nexts = h[:, :-1], tokens[:, 1:]
+        if nexts.shape[1]:
+            self.head.step(self.target.embed(nexts), hiddens, self._cache)
+        self._pending = h[:, -1:]
+
+    def defer(self, ids: Sequence[int], features: list[mx.array]) -> None:
+        self.observe(ids, features)  # one small layer: cheaper to keep up than to catch up
+
+    def propose(self, root: int, depth: int, top_k: int) -> BlockCandidates:
+        if self._pending is None:
+            raise RuntimeError("the MTP head has no context yet: observe the prompt first")
+        offset = self._cache.offset
+        token = mx.array([[root]])
+        hidden = self._pending
+        tokens, probs = [], []
+        for _ in range(depth):
+            hidden = self.head.step(self.target.embed(token), hidden, self._cache)
+            logits = self.target.head(self.head.norm(hidden))[0, -1].astype(mx.float32)
+            p = mx.softmax(logits)
+            k = max(1, min(top_k, p.shape[-1]))
+            top = mx.argpartition(-p, kth=k - 1)[:k]
+            top = top[mx.argsort(-p[top])]
+            tokens.append(top)
+            probs.append(p[top])
+            token = top[:1][None]
+        self._cache.trim(self._cache.offset - offset)
+        tok, pr = mx.stack(tokens), mx.stack(probs)
+        mx.eval(tok, pr)
+        return BlockCandidates(np.array(tok), np.array(pr))

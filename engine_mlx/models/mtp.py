@@ -1,0 +1,123 @@
+"""The MTP (multi-token prediction) head: one extra decoder layer that drafts the token after
+next from the target's own hidden state.
+
+Qwen3.5/3.6 checkpoints carry it as ``mtp.*`` weights (``fc [H, 2H]``,
+``pre_fc_norm_embedding``, ``pre_fc_norm_hidden``, ``layers.0.*`` — one full-attention decoder
+layer of the target's own kind — and ``norm``); mlx-lm's sanitize drops them, so they are
+read here. Hugging Face Qwen3.5 checkpoints store RMSNorm weights zero-centred (applied as
+``x * (1 + w)``), detected as mlx-lm does (unconverted conv1d weights). A target without a
+built-in head can use a separate safetensors file with the same key names (metadata
+``zero_centered_norms`` says which convention it uses).
+
+Forward for the token after t+1: ``h' = layer(fc(concat[norm_e(embed(t+1)), norm_h(h_t)]))``,
+logits ``head(norm(h'))``; chained by feeding ``h'`` back.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx.utils import tree_flatten
+
+from engine_mlx.models.target import TargetModel
+
+NORM_SUFFIXES = ("norm.weight", "layernorm.weight", "q_norm.weight", "k_norm.weight")
+
+
+class MTPUnavailable(Exception):
+    """No usable MTP head: the message says why (shown in the UI; auto mode runs without)."""
+
+
+class MTPHead(nn.Module):
+    def __init__(self, hidden: int, eps: float, layer: nn.Module) -> None:
+        super().__init__()
+        self.fc = nn.Linear(2 * hidden, hidden, bias=False)
+        self.pre_fc_norm_embedding = nn.RMSNorm(hidden, eps=eps)
+        self.pre_fc_norm_hidden = nn.RMSNorm(hidden, eps=eps)
+        self.layers = [layer]
+        self.norm = nn.RMSNorm(hidden, eps=eps)
+
+    def step(self, embedded: mx.array, hidden: mx.array, cache) -> mx.array:
+        """[1, L, H] embeddings of the next tokens + [1, L, H] hiddens -> new hiddens."""
+        x = self.fc(
+            mx.concatenate(
+                [self.pre_fc_norm_embedding(embedded), self.pre_fc_norm_hidden(hidden)], axis=-1
+            )
+        )
+        length = x.shape[1]
+        return self.layers[0](x, "causal" if length > 1 else None, cache)
+
+
+def new_head(target: TargetModel) -> MTPHead:
+    """An MTP head shaped for ``target``: its layer is a copy of one of the target's
+    full-attention layers (same kind, same sizes), to be overwritten by loaded or trained
+    weights."""
+    layer = next((lyr for lyr in target.layers if hasattr(lyr, "self_attn")), None)
+    if layer is None:
+        raise MTPUnavailable(f"{target.spec.name} has no attention layer to model an MTP head on")
+    eps = float(getattr(target.inner.norm, "eps", 1e-6))
+    return MTPHead(target.spec.hidden_size, eps, copy.deepcopy(layer))
+
+
+def _mtp_weights(files: list[Path]) -> tuple[dict[str, mx.array], bool]:
+    """``mtp.*`` tensors (prefix stripped) and whether the checkpoint is in HF Qwen3.5 layout."""
+    weights: dict[str, mx.array] = {}
+    hf_layout = False
+    for file in files:
+        for key, value in mx.load(str(file)).items():
+            if "mtp." in key:
+                weights[key[key.index("mtp.") + 4 :]] = value
+            elif "conv1d.weight" in key and value.shape[-1] != 1:
+                hf_layout = True
+    return weights, hf_layout
+
+
+def load_mtp(target: TargetModel, file: str | Path | None = None) -> MTPHead:
+    """The target's built-in head, or the one in ``file``; MTPUnavailable says why not."""
+    if file is not None:
+        path = Path(file)
+        if not path.is_file():
+            raise MTPUnavailable(f"MTP file {path.name} does not exist")
+        weights, _ = _mtp_weights([path])
+        _, meta = mx.load(str(path), return_metadata=True)
+        zero_centered = meta.get("zero_centered_norms") == "1"
+        where = path.name
+    else:
+        files = sorted(target.spec.path.glob("model*.safetensors"))
+        weights, zero_centered = _mtp_weights(files)
+        zero_centered = zero_centered and target.spec.model_type.startswith("qwen3_5")
+        where = target.spec.name
+    if not weights:
+        raise MTPUnavailable(f"{where} has no mtp.* weights (no built-in MTP head)")
+    head = new_head(target)
+    expected = dict(tree_flatten(head.parameters()))
+    missing = sorted(set(expected) - set(weights))
+    if missing:
+        raise MTPUnavailable(f"{where}: MTP weights missing: {', '.join(missing[:4])}")
+    for key, value in expected.items():
+        if weights[key].shape != value.shape:
+            raise MTPUnavailable(
+                f"{where}: mtp.{key} has shape {tuple(weights[key].shape)}, the target needs "
+                f"{tuple(value.shape)}"
+            )
+    loaded = []
+    for key in expected:
+        value = weights[key]
+        if zero_centered and key.endswith(NORM_SUFFIXES) and value.ndim == 1:
+            value = value + 1.0
+        loaded.append((key, value.astype(expected[key].dtype)))
+    head.load_weights(loaded)
+    mx.eval(head.parameters())
+    return head
+
+
+def save_mtp(head: MTPHead, path: str | Path) -> Path:
+    """Write a separate MTP file (``mtp.*`` keys, ordinary norms)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    weights = {f"mtp.{k}": v for k, v in tree_flatten(head.parameters())}
+    mx.save_safetensors(str(path), weights, metadata={"zero_centered_norms": "0"})
+    return path

@@ -1,0 +1,145 @@
+"""MTP heads: built-in (Qwen3.5 layout) and separate-file heads load, draft losslessly, and a
+missing or misshapen head is reported unavailable while auto mode runs without it."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import mlx.core as mx
+import pytest
+from mlx.utils import tree_flatten
+
+from engine_mlx.decoding.mtp_drafter import MTPDrafter
+from engine_mlx.decoding.sampling import SamplingParams
+from engine_mlx.events import Error, Tokens
+from engine_mlx.models.mtp import MTPUnavailable, load_mtp, save_mtp
+from engine_mlx.models.target import TargetModel
+from engine_mlx.session import GenerationConfig, Session
+from tests.engine_mlx.decoding.test_speculative import _chi_square_p
+from tests.support.drafters import random_mtp_head, write_builtin_mtp
+from tests.support.tiny_models import build_tiny_model
+
+PROMPT = "Hello world, the quick brown fox"
+
+
+@pytest.fixture(scope="module")
+def qwen35_with_mtp(tmp_path_factory):
+    """A tiny qwen3_5 whose checkpoint carries mtp.* weights, and the head written into it."""
+    path = build_tiny_model("qwen3_5", tmp_path_factory.mktemp("q35mtp"))
+    head = random_mtp_head(TargetModel.load(path))
+    write_builtin_mtp(TargetModel.load(path), head)
+    return TargetModel.load(path), head
+
+
+def _plain(target, ids, n, **kw):
+    cfg = GenerationConfig(max_tokens=n, ignore_eos=True, **kw)
+    return list(Session(target).generate(ids, cfg))[-1].tokens
+
+
+def test_builtin_head_loads_with_zero_centred_norms(qwen35_with_mtp):
+    target, written = qwen35_with_mtp
+    loaded = load_mtp(target)
+    ours, theirs = dict(tree_flatten(loaded.parameters())), dict(tree_flatten(written.parameters()))
+    assert ours.keys() == theirs.keys()
+    assert all(mx.allclose(ours[k], theirs[k], atol=1e-6) for k in ours)
+
+
+@pytest.mark.parametrize("steps", [1, 3])
+@pytest.mark.parametrize("hidden", ["post", "pre"])
+def test_mtp_greedy_equals_plain_on_hybrid(qwen35_with_mtp, steps, hidden):
+    target, _ = qwen35_with_mtp
+    ids = target.tokenizer.encode(PROMPT)
+    session = Session(target, mtp=MTPDrafter(load_mtp(target), target, steps, hidden))
+    cfg = GenerationConfig(max_tokens=30, mode="mtp", mtp_steps=steps, ignore_eos=True)
+    events = list(session.generate(ids, cfg))
+    assert events[-1].tokens == _plain(target, ids, 30)
+    drafted = [e.step.drafted for e in events if isinstance(e, Tokens)][1:]
+    assert max(drafted) == steps
+
+
+def test_separate_file_head_on_llama(tiny_target, tmp_path):
+    target = tiny_target("llama")
+    file = save_mtp(random_mtp_head(target, seed=2), tmp_path / "mtp.safetensors")
+    drafter = MTPDrafter(load_mtp(target, file), target, steps=2)
+    ids = target.tokenizer.encode(PROMPT)
+    cfg = GenerationConfig(max_tokens=40, mode="mtp", mtp_steps=2, ignore_eos=True)
+    finished = list(Session(target, mtp=drafter).generate(ids, cfg))[-1]
+    assert finished.tokens == _plain(target, ids, 40)
+    assert finished.stats.drafted > 0 and finished.stats.modes == {"mtp": finished.stats.steps}
+
+
+def test_sampled_mtp_matches_plain_sampling_in_distribution(tmp_path):
+    target = TargetModel.load(build_tiny_model("qwen3", tmp_path / "v12", vocab_size=12, seed=3))
+    head = random_mtp_head(target, seed=4)
+    session = Session(target, mtp=MTPDrafter(head, target, steps=2))
+    plain_session = Session(target)
+    prompt, runs = [3, 5, 7, 3, 5], 250
+    plain, spec, accepted = [], [], 0
+    for s in range(runs):
+        base = dict(max_tokens=3, ignore_eos=True)
+        plain.append(
+            list(
+                plain_session.generate(
+                    prompt,
+                    GenerationConfig(**base, sampling=SamplingParams(temperature=0.6, seed=s)),
+                )
+            )[-1].tokens
+        )
+        fin = list(
+            session.generate(
+                prompt,
+                GenerationConfig(
+                    **base,
+                    mode="mtp",
+                    mtp_steps=2,
+                    sampling=SamplingParams(temperature=0.6, seed=5000 + s),
+                ),
+            )
+        )[-1]
+        spec.append(fin.tokens)
+        accepted += fin.stats.accepted
+    for pos in range(3):
+        p = _chi_square_p(Counter(t[pos] for t in plain), Counter(t[pos] for t in spec))
+        assert p > 1e-3, (pos, p)
+    assert accepted > 0
+
+
+def test_missing_and_misshapen_heads_are_unavailable(tiny_target, tmp_path):
+    target = tiny_target("llama")
+    with pytest.raises(MTPUnavailable, match="no mtp"):
+        load_mtp(target)
+    with pytest.raises(MTPUnavailable, match="does not exist"):
+        load_mtp(target, tmp_path / "nope.safetensors")
+    bad = save_mtp(random_mtp_head(tiny_target("qwen3")), tmp_path / "bad.safetensors")
+    weights = dict(mx.load(str(bad)))
+    weights["mtp.fc.weight"] = mx.zeros((64, 32))
+    mx.save_safetensors(str(bad), weights)
+    with pytest.raises(MTPUnavailable, match=r"mtp\.fc\.weight has shape \(64, 32\)"):
+        load_mtp(target, bad)
+
+
+def test_auto_runs_without_mtp_and_reports_why(tiny_target):
+    target = tiny_target("llama")
+    session = Session(target, mtp=None, mtp_unavailable="llama has no mtp.* weights")
+    assert "mtp" not in session.auto_modes
+    events = list(session.generate([5, 6, 7], GenerationConfig(max_tokens=5, mode="mtp")))
+    assert isinstance(events[0], Error) and "llama has no mtp.* weights" in events[0].message
+    auto = list(session.generate([5, 6, 7], GenerationConfig(max_tokens=5, mode="auto")))
+    assert auto[-1].reason in ("max_tokens", "eos")
+
+
+def test_auto_switches_to_mtp_past_the_threshold(qwen35_with_mtp):
+    target, _ = qwen35_with_mtp
+    ids = target.tokenizer.encode(PROMPT)
+    session = Session(target, mtp=MTPDrafter(load_mtp(target), target, steps=2))
+    cfg = GenerationConfig(
+        max_tokens=40,
+        mode="auto",
+        policy="threshold",
+        auto_threshold=len(ids) + 10,
+        ignore_eos=True,
+    )
+    events = list(session.generate(ids, cfg))
+    modes = {e.step.mode for e in events if isinstance(e, Tokens)}
+    assert modes == {"lookup", "mtp"}
+    assert events[-1].tokens == _plain(target, ids, 40)
