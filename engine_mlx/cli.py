@@ -103,6 +103,16 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument("--conv", type=int, default=4, help="local convolution kernel (0: v1)")
     init.add_argument("--seed", type=int, default=0)
 
+    tm = sub.add_parser("train-mtp", help="train an MTP head for a model that has none")
+    tm.add_argument("--model", type=Path, default=None, help="target folder (default: demo)")
+    tm.add_argument("--data", type=Path, nargs="+", required=True, help="text files")
+    tm.add_argument("--out", type=Path, required=True, help="the head's .safetensors file")
+    tm.add_argument("--steps", type=int, default=200)
+    tm.add_argument("--batch", type=int, default=4)
+    tm.add_argument("--seq-len", type=int, default=128)
+    tm.add_argument("--lr", type=float, default=1e-3)
+    tm.add_argument("--hidden", default="post", choices=["post", "pre"])
+
     sub.add_parser("demo", help="import the demo model if needed and print its folder")
     sub.add_parser("info", help="print the backend in use")
     return parser
@@ -136,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
                 )
             )
             return 0
+        if args.command == "train-mtp":
+            return _train_mtp(args)
         if args.command == "demo":
             from engine_mlx.demo import ensure_demo_model
 
@@ -146,6 +158,28 @@ def main(argv: list[str] | None = None) -> int:
     except EngineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+
+
+def _train_mtp(args: argparse.Namespace) -> int:
+    from engine_mlx.api import load_target
+    from engine_mlx.training.mtp import MTPTrainConfig, train_mtp
+
+    target = load_target(resolve_model(args.model))
+    texts = []
+    for file in args.data:
+        try:
+            texts.append(file.read_text(encoding="utf-8", errors="replace"))
+        except OSError as exc:
+            raise EngineError(f"cannot read training text {file}: {exc}") from exc
+    config = MTPTrainConfig(
+        steps=args.steps, batch=args.batch, seq_len=args.seq_len, lr=args.lr, hidden=args.hidden
+    )
+    try:
+        train_mtp(target, texts, args.out, config, log=lambda r: print(json.dumps(r), flush=True))
+    except ValueError as exc:
+        raise EngineError(str(exc)) from exc
+    print(args.out)
+    return 0
 
 
 def resolve_model(model: Path | None) -> Path:

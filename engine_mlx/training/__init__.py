@@ -1,0 +1,1 @@
+"""Training the small models FlashChat drafts with (MTP heads; DFlash2 drafters later)."""
