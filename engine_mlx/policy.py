@@ -72,6 +72,7 @@ class CostModelPolicy:
     probe_interval: int = 48  # steps between re-probes
     probe_steps: int = 4  # steps spent in a probed mode
     stale_after: int = 400  # steps after which an estimate is re-measured
+    explore_after: int = 8  # a mode never measured anywhere is tried after this many steps
     min_samples: int = 3
     forced: str | None = None
     _table: dict[tuple[str, int], _Estimate] = field(default_factory=dict)
@@ -124,8 +125,10 @@ class CostModelPolicy:
                 self._probe_left -= 1
                 return Choice(self._probing)
             self._probing = None
-        if self._steps - self._last_probe >= self.probe_interval:
-            stale = [m for m in self.modes if m != current and not self._fresh(m, depth)]
+        never = [m for m in self.modes if m != current and self.rate(m, depth) is None]
+        due = self.explore_after if never else self.probe_interval
+        if self._steps - self._last_probe >= due:
+            stale = never or [m for m in self.modes if m != current and not self._fresh(m, depth)]
             if stale:
                 probe = stale[0]
                 self._probing, self._probe_left = probe, self.probe_steps - 1

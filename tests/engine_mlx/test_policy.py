@@ -86,3 +86,12 @@ def test_threshold_rule():
     switched = policy.choose(5000, "dflash2")
     assert switched.mode == "mtp" and "threshold 4,096" in switched.reason
     assert policy.choose(5001, "mtp").reason == ""
+
+
+def test_never_measured_modes_are_tried_early():
+    curves: dict[str, Curve] = {m: (lambda d: (1.0, 0.1)) for m in ("ar", "lookup", "mtp")}
+    policy = CostModelPolicy(["ar", "lookup", "mtp"], preferred="ar", explore_after=8)
+    trace = _simulate(policy, curves, "ar", depth=0, steps=40)
+    first_use = {m: next(i for i, (_, mode, _) in enumerate(trace) if mode == m) for m in curves}
+    assert first_use["ar"] == 0
+    assert first_use["lookup"] <= 10 and first_use["mtp"] <= 25
