@@ -25,6 +25,7 @@ from mlx_lm.models.qwen3 import MLP
 from mlx_lm.models.rope_utils import initialize_rope
 
 from engine_mlx.errors import ModelLoadError
+from engine_mlx.models.weights import weight_mismatch
 
 
 class DrafterMismatchError(ModelLoadError):
@@ -243,16 +244,10 @@ def load_dflash(path: str | Path) -> DFlashModel:
         for layer in model.layers:
             if "local_conv" in layer:
                 layer.local_conv.bias = mx.zeros((cfg.hidden_size,))
+    problem = weight_mismatch(model, weights)
+    if problem:
+        raise ModelLoadError(f"{folder.name}: {problem} (from config.json)")
     expected = dict(tree_flatten(model.parameters()))
-    missing = sorted(set(expected) - set(weights))
-    if missing:
-        raise ModelLoadError(f"{folder.name}: weights missing: {', '.join(missing[:5])}")
-    for key, value in expected.items():
-        if weights[key].shape != value.shape:
-            raise ModelLoadError(
-                f"{folder.name}: {key} has shape {tuple(weights[key].shape)}, "
-                f"config implies {tuple(value.shape)}"
-            )
     model.load_weights([(k, v) for k, v in weights.items() if k in expected])
     mx.eval(model.parameters())
     return model

@@ -23,6 +23,7 @@ import mlx.nn as nn
 from mlx.utils import tree_flatten
 
 from engine_mlx.models.target import TargetModel
+from engine_mlx.models.weights import weight_mismatch
 
 NORM_SUFFIXES = ("norm.weight", "layernorm.weight", "q_norm.weight", "k_norm.weight")
 
@@ -93,16 +94,10 @@ def load_mtp(target: TargetModel, file: str | Path | None = None) -> MTPHead:
     if not weights:
         raise MTPUnavailable(f"{where} has no mtp.* weights (no built-in MTP head)")
     head = new_head(target)
+    problem = weight_mismatch(head, weights, prefix="mtp.")
+    if problem:
+        raise MTPUnavailable(f"{where}: MTP {problem}")
     expected = dict(tree_flatten(head.parameters()))
-    missing = sorted(set(expected) - set(weights))
-    if missing:
-        raise MTPUnavailable(f"{where}: MTP weights missing: {', '.join(missing[:4])}")
-    for key, value in expected.items():
-        if weights[key].shape != value.shape:
-            raise MTPUnavailable(
-                f"{where}: mtp.{key} has shape {tuple(weights[key].shape)}, the target needs "
-                f"{tuple(value.shape)}"
-            )
     loaded = []
     for key in expected:
         value = weights[key]
