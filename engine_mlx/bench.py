@@ -12,6 +12,7 @@ import platform
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -46,29 +47,9 @@ def machine_description() -> str:
     return f"{platform.system()} {platform.machine()}, {cores} cores, Python {py}"
 
 
-def run_ours(
-    session: Session,
-    prompt: list[int],
-    mode: str,
-    max_tokens: int,
-    width: int = 1,
-    block: int | None = None,
-    lookup: bool = True,
-    policy: str = "cost",
-    auto_threshold: int = 4096,
-    mtp_steps: int = 3,
-) -> dict[str, Any]:
-    config = GenerationConfig(
-        max_tokens=max_tokens,
-        mode=mode,
-        ignore_eos=True,
-        width=width,
-        block_size=block,
-        lookup=lookup,
-        policy=policy,
-        auto_threshold=auto_threshold,
-        mtp_steps=mtp_steps,
-    )
+def run_ours(session: Session, prompt: list[int], config: GenerationConfig) -> dict[str, Any]:
+    """One generation, measured; always ``config.max_tokens`` tokens (EOS ignored)."""
+    config = replace(config, ignore_eos=True)
     finished, steps = None, []
     for event in session.generate(prompt, config):
         if isinstance(event, Tokens):
@@ -78,7 +59,7 @@ def run_ours(
         elif isinstance(event, Error):
             raise EngineError(event.message)
     if finished is None:
-        raise EngineError(f"bench: mode {mode} produced no result")
+        raise EngineError(f"bench: mode {config.mode} produced no result")
     s = finished.stats
     spec_steps = steps[1:] or steps  # the first step is the prefill's token
     n = len(spec_steps)
@@ -191,6 +172,14 @@ def run_bench(args: argparse.Namespace) -> int:
     info = backend_info(target.dtype)
     print(f"# {machine_description()}; {info.describe()}; model {path.name}")
     cells = [(m, w) for m in modes for w in (widths if m not in ("ar", "mtp") else [1])]
+    base = GenerationConfig(
+        max_tokens=args.max_tokens,
+        block_size=args.block,
+        lookup=not args.no_lookup,
+        policy=args.policy,
+        auto_threshold=args.auto_threshold,
+        mtp_steps=args.mtp_steps,
+    )
     block = args.block or (drafter.block_size if drafter else 8)
     rows: list[dict[str, Any]] = []
     tree_costs: dict[int, dict[int, float]] = {}
@@ -198,7 +187,7 @@ def run_bench(args: argparse.Namespace) -> int:
         prompt = context_prompt(target, depth)
         if len(prompt) + args.max_tokens + block >= target.spec.max_context:
             raise EngineError(f"depth {depth} + {args.max_tokens} tokens exceeds the context")
-        run_ours(session, prompt[:16], "ar", 4)  # warm-up outside the measurement
+        run_ours(session, prompt[:16], replace(base, mode="ar", max_tokens=4))  # warm-up
         if baseline:
             baseline(prompt[:16], 4)
         if zlab:
@@ -208,18 +197,7 @@ def run_bench(args: argparse.Namespace) -> int:
         for _ in range(args.repeats):  # interleaved: every cell once per round
             for mode, width in cells:
                 runs[(mode, width)].append(
-                    run_ours(
-                        session,
-                        prompt,
-                        mode,
-                        args.max_tokens,
-                        width,
-                        args.block,
-                        not args.no_lookup,
-                        args.policy,
-                        args.auto_threshold,
-                        args.mtp_steps,
-                    )
+                    run_ours(session, prompt, replace(base, mode=mode, width=width))
                 )
             if baseline:
                 base_runs.append(baseline(prompt, args.max_tokens))

@@ -68,9 +68,18 @@ def test_separate_file_head_on_llama(tiny_target, tmp_path):
     assert finished.stats.drafted > 0 and finished.stats.modes == {"mtp": finished.stats.steps}
 
 
-def test_sampled_mtp_matches_plain_sampling_in_distribution(tmp_path):
-    target = TargetModel.load(build_tiny_model("qwen3", tmp_path / "v12", vocab_size=12, seed=3))
+@pytest.mark.parametrize("arch", ["qwen3_5", "llama"])
+def test_sampled_mtp_matches_plain_sampling_in_distribution(arch, tmp_path):
+    """qwen3_5 with a built-in head, llama with a separate file; a 12-token vocabulary."""
+    path = build_tiny_model(arch, tmp_path / "v12", vocab_size=12, seed=3)
+    target = TargetModel.load(path)
     head = random_mtp_head(target, seed=4)
+    if arch == "qwen3_5":
+        write_builtin_mtp(target, head)
+        target = TargetModel.load(path)
+        head = load_mtp(target)
+    else:
+        head = load_mtp(target, save_mtp(head, tmp_path / "mtp.safetensors"))
     session = Session(target, mtp=MTPDrafter(head, target, steps=2))
     plain_session = Session(target)
     prompt, runs = [3, 5, 7, 3, 5], 250
