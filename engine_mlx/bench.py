@@ -137,7 +137,7 @@ def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def run_bench(args: argparse.Namespace) -> int:
     from engine_mlx.api import load_drafter
-    from engine_mlx.cli import resolve_model
+    from engine_mlx.cli import config_from_args, resolve_model
 
     path = resolve_model(args.model)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
@@ -172,14 +172,7 @@ def run_bench(args: argparse.Namespace) -> int:
     info = backend_info(target.dtype)
     print(f"# {machine_description()}; {info.describe()}; model {path.name}")
     cells = [(m, w) for m in modes for w in (widths if m not in ("ar", "mtp") else [1])]
-    base = GenerationConfig(
-        max_tokens=args.max_tokens,
-        block_size=args.block,
-        lookup=not args.no_lookup,
-        policy=args.policy,
-        auto_threshold=args.auto_threshold,
-        mtp_steps=args.mtp_steps,
-    )
+    base = config_from_args(args)
     block = args.block or (drafter.block_size if drafter else 8)
     rows: list[dict[str, Any]] = []
     tree_costs: dict[int, dict[int, float]] = {}

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from engine_mlx.backend import backend_info
 from engine_mlx.errors import EngineError
-from engine_mlx.session import MODES
+from engine_mlx.session import MODES, GenerationConfig
 
 
 def _add_sampling(p: argparse.ArgumentParser) -> None:
@@ -55,6 +55,20 @@ def _add_speculation(p: argparse.ArgumentParser) -> None:
         type=int,
         default=4096,
         help="threshold policy: context tokens from which plain decoding is used",
+    )
+
+
+def config_from_args(args: argparse.Namespace, **fields) -> GenerationConfig:
+    """The GenerationConfig the speculation flags (``_add_speculation``) describe."""
+    return GenerationConfig(
+        max_tokens=args.max_tokens,
+        width=args.width,
+        block_size=args.block,
+        lookup=not args.no_lookup,
+        policy=args.policy,
+        auto_threshold=args.auto_threshold,
+        mtp_steps=args.mtp_steps,
+        **fields,
     )
 
 
@@ -211,7 +225,7 @@ def _generate(args: argparse.Namespace) -> int:
     from engine_mlx.api import encode_prompt, load_drafter, load_mtp_drafter, load_target
     from engine_mlx.decoding.sampling import SamplingParams
     from engine_mlx.events import Error, Finished, ModeSwitch, Tokens, event_to_json
-    from engine_mlx.session import GenerationConfig, Session
+    from engine_mlx.session import Session
 
     target = load_target(resolve_model(args.model))
     drafter = load_drafter(args.drafter, target) if args.drafter else None
@@ -223,17 +237,8 @@ def _generate(args: argparse.Namespace) -> int:
         sampling = SamplingParams(args.temp, args.top_k, args.top_p, args.min_p, args.seed)
     except ValueError as exc:
         raise EngineError(str(exc)) from exc
-    config = GenerationConfig(
-        max_tokens=args.max_tokens,
-        sampling=sampling,
-        stop_strings=tuple(args.stop),
-        mode=args.mode,
-        width=args.width,
-        block_size=args.block,
-        lookup=not args.no_lookup,
-        policy=args.policy,
-        auto_threshold=args.auto_threshold,
-        mtp_steps=args.mtp_steps,
+    config = config_from_args(
+        args, sampling=sampling, stop_strings=tuple(args.stop), mode=args.mode
     )
     cancel = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda *_: cancel.set())
