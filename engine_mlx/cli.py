@@ -127,6 +127,16 @@ def build_parser() -> argparse.ArgumentParser:
     tm.add_argument("--lr", type=float, default=1e-3)
     tm.add_argument("--hidden", default="post", choices=["post", "pre"])
 
+    pull = sub.add_parser("pull", help="download a model from the hub into the library")
+    pull.add_argument(
+        "model", help="ORG/NAME or a https://huggingface.co/ link (or a folder, .gguf, MTP file)"
+    )
+    pull.add_argument("--revision", default=None, help="branch, tag or commit (default: main)")
+    pull.add_argument("--json", action="store_true", help="one JSON object per event")
+
+    lst = sub.add_parser("list", help="list the library: models, drafters, MTP heads, pairings")
+    lst.add_argument("--json", action="store_true", help="one JSON object")
+
     sub.add_parser("demo", help="import the demo model if needed and print its folder")
     sub.add_parser("info", help="print the backend in use")
     return parser
@@ -162,6 +172,14 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "train-mtp":
             return _train_mtp(args)
+        if args.command == "pull":
+            from engine_mlx.library.cli import pull_command
+
+            return pull_command(args)
+        if args.command == "list":
+            from engine_mlx.library.cli import list_command
+
+            return list_command(args)
         if args.command == "demo":
             from engine_mlx.demo import ensure_demo_model
 

@@ -16,7 +16,8 @@ import numpy as np
 from mlx_lm.models.cache import KVCache
 
 from engine_mlx.decoding.selector import BlockCandidates
-from engine_mlx.models.dflash import DFlashModel, DrafterMismatchError
+from engine_mlx.models.dflash import DFlashConfig, DFlashModel, DrafterMismatchError
+from engine_mlx.models.loading import ModelSpec
 from engine_mlx.models.target import TargetModel
 
 MASK_TOKEN = "<|MASK|>"
@@ -41,9 +42,11 @@ def resolve_mask_token(model: DFlashModel, target: TargetModel) -> int:
     )
 
 
-def check_fits(model: DFlashModel, target: TargetModel) -> None:
-    """Refuse a drafter built for another target, naming the mismatch."""
-    cfg, spec = model.config, target.spec
+def fit_problems(cfg: DFlashConfig, spec: ModelSpec) -> list[str]:
+    """Why a drafter with config ``cfg`` cannot serve the target ``spec`` ([] when it can).
+
+    Configs alone decide it, so the model library can show a pairing's status without
+    loading weights."""
     problems = []
     if cfg.hidden_size != spec.hidden_size:
         problems.append(f"drafter hidden size {cfg.hidden_size}, target {spec.hidden_size}")
@@ -54,9 +57,15 @@ def check_fits(model: DFlashModel, target: TargetModel) -> None:
         problems.append(
             f"drafter reads target layers {bad}, target has layers 0..{spec.num_layers - 1}"
         )
+    return problems
+
+
+def check_fits(model: DFlashModel, target: TargetModel) -> None:
+    """Refuse a drafter built for another target, naming the mismatch."""
+    problems = fit_problems(model.config, target.spec)
     if problems:
         raise DrafterMismatchError(
-            f"This drafter does not fit {spec.name}: " + "; ".join(problems) + "."
+            f"This drafter does not fit {target.spec.name}: " + "; ".join(problems) + "."
         )
 
 

@@ -1,0 +1,195 @@
+"""Installing what is already on this machine: a model folder, a GGUF file, MTP files.
+
+The source is checked before anything is copied (the same checks as loading: config,
+architecture, weights, tokenizer; a drafter's config; ``mtp.*`` tensors), then the files the
+engine reads are copied into a staging folder under ``.partial/`` (hashed on the way, for
+the manifest) and the folder is renamed into the library. A cancelled or failed copy is
+deleted, not resumed: the source is still there, a copy is quick to redo. The user's own
+files are never moved or changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from engine_mlx.errors import EngineError, ModelLoadError
+from engine_mlx.library.catalog import mtp_tensors
+from engine_mlx.library.download import replace_folder
+from engine_mlx.library.hub import DRAFTER_ARCHITECTURE, TARGET_EXTRA_FILES
+from engine_mlx.library.manifest import partial_root, write_manifest
+from engine_mlx.library.progress import ProgressCallback, ProgressReporter, check_cancel
+from engine_mlx.library.sources import SourceError
+from engine_mlx.paths import models_dir
+
+COPY_BLOCK = 8 * 1024 * 1024
+
+
+def classify_folder(folder: Path) -> tuple[str, list[Path]]:
+    """(kind, files to copy) for a folder, or the ModelLoadError that loading would raise."""
+    from engine_mlx.models.loading import check_safetensors, read_config, validate_model_folder
+
+    if not (folder / "config.json").is_file():
+        weights = sorted(folder.glob("*.safetensors"))
+        if weights and mtp_tensors(weights):
+            for file in weights:
+                check_safetensors(file)
+            return "mtp", weights
+        validate_model_folder(folder)  # raises the loader's own "config.json is missing"
+    config = read_config(folder)
+    if DRAFTER_ARCHITECTURE in (config.get("architectures") or []):
+        from engine_mlx.models.dflash import DFlashConfig
+
+        DFlashConfig.from_dict(config, f"{folder.name}/config.json")
+        weights = sorted(folder.glob("*.safetensors"))
+        if not weights:
+            raise ModelLoadError(f"{folder.name}: a DFlash drafter without .safetensors weights.")
+        for file in weights:
+            check_safetensors(file)
+        return "drafter", [folder / "config.json", *weights]
+    validate_model_folder(folder)
+    files = sorted(folder.glob("model*.safetensors"))
+    files += [folder / n for n in TARGET_EXTRA_FILES if (folder / n).is_file()]
+    return "target", sorted(set(files))
+
+
+def install_folder(
+    folder: Path,
+    root: Path | None = None,
+    *,
+    progress: ProgressCallback | None = None,
+    cancel: threading.Event | None = None,
+) -> Path:
+    """Copy a model, drafter or MTP folder into the library; return the installed folder."""
+    root = Path(root) if root is not None else models_dir()
+    folder = Path(folder).expanduser()
+    if folder.resolve().parent == root.resolve():
+        raise SourceError(f"{folder.name} is already in the library.")
+    kind, files = classify_folder(folder)
+    return _copy_in(folder.name, kind, files, root, {"from": str(folder)}, progress, cancel)
+
+
+def install_mtp_files(
+    files: list[Path],
+    root: Path | None = None,
+    *,
+    progress: ProgressCallback | None = None,
+    cancel: threading.Event | None = None,
+) -> Path:
+    """Install loose ``.safetensors`` files holding an MTP head (``mtp.*`` tensors)."""
+    from engine_mlx.models.loading import check_safetensors
+
+    root = Path(root) if root is not None else models_dir()
+    files = [Path(f) for f in files]
+    for file in files:
+        check_safetensors(file)
+    if not mtp_tensors(files):
+        raise SourceError(
+            f"{', '.join(f.name for f in files)}: no mtp.* tensors, so not an MTP head. Model "
+            "weights need their folder: drop the folder with config.json and the tokenizer."
+        )
+    name = files[0].stem if len(files) == 1 else files[0].parent.name
+    return _copy_in(name, "mtp", files, root, {"from": str(files[0].parent)}, progress, cancel)
+
+
+def import_gguf_file(
+    gguf: Path,
+    root: Path | None = None,
+    *,
+    progress: ProgressCallback | None = None,
+    cancel: threading.Event | None = None,
+) -> Path:
+    """Import a ``.gguf`` into a library folder named after it (the importer is atomic and
+    skips a GGUF it already imported); ``done``/``total`` count tensors."""
+    from engine_mlx.models.gguf import import_gguf
+
+    root = Path(root) if root is not None else models_dir()
+    gguf = Path(gguf).expanduser()
+    reporter = ProgressReporter(gguf.stem, 0, 1, progress)
+    reporter.phase = "importing"
+    reporter.file = gguf.name
+
+    def on_tensor(done: int, total: int) -> None:
+        check_cancel(cancel, f"Import of {gguf.name} cancelled; nothing was added.")
+        reporter.total = reporter.file_size = total
+        reporter.advance(done - reporter.done)
+
+    out = import_gguf(gguf, root / gguf.stem, progress=on_tensor)
+    reporter.file_finished()
+    reporter.emit(force=True, phase="installed")
+    return out
+
+
+def _copy_in(
+    name: str,
+    kind: str,
+    files: list[Path],
+    root: Path,
+    extra: dict,
+    progress: ProgressCallback | None,
+    cancel: threading.Event | None,
+) -> Path:
+    target = root / name
+    if target.exists():
+        raise EngineError(
+            f"The library already has a model named {name}: remove it first (or rename the "
+            "folder you are adding)."
+        )
+    total = sum(f.stat().st_size for f in files)
+    free = shutil.disk_usage(root if root.exists() else root.parent).free
+    if total > free:
+        from engine_mlx.library.hub import InsufficientResourcesError
+        from engine_mlx.library.units import human_bytes
+
+        raise InsufficientResourcesError(
+            f"Not enough disk space to add {name}: it needs {human_bytes(total)}, "
+            f"{human_bytes(free)} free in {root}."
+        )
+    staging = partial_root(root) / f".copy-{name}-{uuid.uuid4().hex[:8]}"
+    staging.mkdir(parents=True)
+    reporter = ProgressReporter(name, total, len(files), progress)
+    try:
+        entries = []
+        for file in files:
+            reporter.start_file(file.name, file.stat().st_size, 0, "copying")
+            digest = _copy_file(file, staging / file.name, reporter, cancel, name)
+            entries.append({"path": file.name, "size": file.stat().st_size, "sha256": digest})
+            reporter.file_finished()
+        source = "local" if kind != "mtp" or len(files) > 1 else "file"
+        write_manifest(
+            staging,
+            {
+                "kind": kind,
+                "source": source,
+                **extra,
+                "files": entries,
+                "installed_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            },
+        )
+        replace_folder(staging, target)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    reporter.emit(force=True, phase="installed")
+    return target
+
+
+def _copy_file(
+    src: Path,
+    dst: Path,
+    reporter: ProgressReporter,
+    cancel: threading.Event | None,
+    name: str,
+) -> str:
+    digest = hashlib.sha256()
+    with src.open("rb") as fin, dst.open("wb") as fout:
+        while block := fin.read(COPY_BLOCK):
+            fout.write(block)
+            digest.update(block)
+            reporter.advance(len(block))
+            check_cancel(cancel, f"Adding {name} cancelled; nothing was added.")
+    return digest.hexdigest()

@@ -1,0 +1,73 @@
+"""Installing from this machine: folders, GGUF files and MTP files, checked then copied."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+from engine_mlx.errors import EngineError, ModelLoadError
+from engine_mlx.library.catalog import list_installed
+from engine_mlx.library.install import add
+from engine_mlx.library.manifest import read_manifest
+from engine_mlx.library.progress import OperationCancelled
+from engine_mlx.library.sources import GGUFSource, LocalFolder, SafetensorsFiles, SourceError
+
+
+def test_folder_is_checked_copied_and_listed(library: Path, tiny_model_dir, tmp_path) -> None:
+    src = shutil.copytree(tiny_model_dir("qwen3"), tmp_path / "My-Model")
+    (src / "notes.txt").write_text("not copied")
+    events = []
+    path = add(LocalFolder(src), library, progress=events.append)
+    assert path == library / "My-Model"
+    assert (path / "model.safetensors").read_bytes() == (src / "model.safetensors").read_bytes()
+    assert not (path / "notes.txt").exists() and (src / "notes.txt").exists()
+    manifest = read_manifest(path)
+    assert manifest["source"] == "local" and manifest["kind"] == "target"
+    assert events[-1].phase == "installed" and events[-1].done == events[-1].total
+    with pytest.raises(EngineError, match="already has a model named My-Model"):
+        add(LocalFolder(src), library)
+
+
+def test_bad_folder_is_refused_and_nothing_is_left(library: Path, tiny_model_dir, tmp_path):
+    src = shutil.copytree(tiny_model_dir("qwen3"), tmp_path / "NoTokenizer")
+    (src / "tokenizer.json").unlink()
+    with pytest.raises(ModelLoadError, match="no tokenizer"):
+        add(LocalFolder(src), library)
+    assert list_installed(library) == []
+    assert not (library / ".partial").exists()  # refused before anything was written
+
+
+def test_cancelled_copy_leaves_nothing(library: Path, tiny_model_dir, tmp_path) -> None:
+    src = shutil.copytree(tiny_model_dir("qwen3"), tmp_path / "Big")
+    cancel = threading.Event()
+    cancel.set()
+    with pytest.raises(OperationCancelled):
+        add(LocalFolder(src), library, cancel=cancel)
+    assert list_installed(library) == [] and not (library / "Big").exists()
+    assert list((library / ".partial").iterdir()) == []
+
+
+def test_drafter_and_mtp_files(library: Path, companions) -> None:
+    drafter = add(LocalFolder(companions["drafter"]), library)
+    head = add(SafetensorsFiles((companions["mtp"],)), library)
+    kinds = {m.name: m.kind for m in list_installed(library)}
+    assert kinds == {drafter.name: "drafter", head.name: "mtp"}
+    assert head.name == "tiny-mtp"
+
+
+def test_model_weights_are_not_an_mtp_head(library: Path, tiny_model_dir) -> None:
+    with pytest.raises(SourceError, match="not an MTP head"):
+        add(SafetensorsFiles((tiny_model_dir("qwen3") / "model.safetensors",)), library)
+
+
+def test_gguf_is_imported_into_the_library(library: Path, tiny_gguf: Path) -> None:
+    events = []
+    path = add(GGUFSource(tiny_gguf), library, progress=events.append)
+    assert path == library / "Tiny-Llama.Q8_0"
+    (model,) = list_installed(library)
+    assert model.kind == "target" and model.architecture == "llama" and not model.problem
+    assert model.source == "imported from Tiny-Llama.Q8_0.gguf"
+    assert events[-1].phase == "installed" and events[-1].done == events[-1].total > 0
