@@ -2,6 +2,9 @@
 
 The window owns the conversation store (GUI thread) and talks to the engine only through the
 worker on its QThread: requests go out as queued signals, results come back as signals.
+Models are added by dropping (or pasting, outside the prompt) a Hugging Face link, ORG/NAME,
+a model folder, a .gguf or MTP .safetensors files onto the window: the model library opens
+and installs it on its own worker thread.
 """
 
 from __future__ import annotations
@@ -9,8 +12,16 @@ from __future__ import annotations
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, Qt, QThread, Signal, Slot
-from PySide6.QtGui import QCloseEvent, QIcon, QKeySequence, QShortcut
+from PySide6.QtCore import QByteArray, QEvent, QObject, Qt, QThread, Signal, Slot
+from PySide6.QtGui import (
+    QCloseEvent,
+    QDragEnterEvent,
+    QDropEvent,
+    QGuiApplication,
+    QIcon,
+    QKeySequence,
+    QShortcut,
+)
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
@@ -23,6 +34,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.download_worker import LibraryWorker
 from app.engine_worker import EngineWorker
 from app.settings_dialog import SettingsDialog
 from app.storage import (
@@ -34,8 +46,11 @@ from app.storage import (
 )
 from app.widgets.chat_view import ChatView
 from app.widgets.conversation_list import ConversationList
+from app.widgets.library_view import LibraryView, source_from_mime
 from app.widgets.model_bar import ModelBar
 from app.widgets.speed_panel import SpeedPanel
+from engine_mlx.library.hub import endpoint_hosts
+from engine_mlx.library.sources import SourceError
 
 ICON = Path(__file__).resolve().parents[1] / "resources" / "icons" / "flashchat.svg"
 CONTEXT_WARNING = 0.9  # warn when the conversation fills this share of the context
@@ -60,6 +75,7 @@ class MainWindow(QMainWindow):
         self.available_modes: list[str] = []
         self._build_ui()
         self._start_worker()
+        self._start_library()
         if self.settings.window_geometry:
             self.restoreGeometry(QByteArray.fromBase64(self.settings.window_geometry.encode()))
         else:
@@ -148,6 +164,15 @@ class MainWindow(QMainWindow):
         QShortcut(QKeySequence.StandardKey.New, self, activated=self.new_chat)
         search = self.conversations.search_box
         QShortcut(QKeySequence.StandardKey.Find, self, activated=search.setFocus)
+        # Model drops land on the window (the read-only conversation does not take them; the
+        # prompt keeps plain-text drops and hands links and files to the window). Paste adds a
+        # model when focus is outside the prompt, which pastes text as usual.
+        self.setAcceptDrops(True)
+        self.chat.browser.setAcceptDrops(False)
+        self.chat.browser.viewport().setAcceptDrops(False)
+        self.prompt_edit.viewport().installEventFilter(self)
+        QShortcut(QKeySequence.StandardKey.Paste, self, activated=self.paste_source)
+        self.model_bar.library_requested.connect(self.open_library)
 
     def _start_worker(self) -> None:
         self._thread = QThread(self)
@@ -163,6 +188,75 @@ class MainWindow(QMainWindow):
         self.worker.finished.connect(self._on_finished)
         self.worker.error.connect(self._on_error)
         self._thread.start()
+
+    def _start_library(self) -> None:
+        self._library_thread = QThread(self)
+        self._library_thread.setObjectName("library-worker")
+        self.library_worker = LibraryWorker()
+        self.library_worker.moveToThread(self._library_thread)
+        self.library_view = LibraryView(self.library_worker, self)
+        self.library_view.library_changed.connect(self._on_library_changed)
+        self.library_view.load_requested.connect(self._load)
+        self._library_thread.start()
+
+    # ------------------------------------------------------------- model library
+    @Slot()
+    def open_library(self) -> None:
+        self.library_view.refresh()
+        self.library_view.show()
+        self.library_view.raise_()
+        self.library_view.activateWindow()
+
+    def add_from_mime(self, mime) -> str | None:
+        """Install what a drop or paste names (the library opens to show it); the job id."""
+        self.open_library()
+        return self.library_view.add_from_mime(mime)
+
+    @Slot()
+    def paste_source(self) -> None:
+        self.add_from_mime(QGuiApplication.clipboard().mimeData())
+
+    @staticmethod
+    def _names_a_model(mime) -> bool:
+        try:
+            source_from_mime(mime, endpoint_hosts())
+        except SourceError:
+            return False
+        return True
+
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
+        # Any file or link is taken (the library then says why it cannot add it); text only
+        # when it names a model, so dragging a sentence over the window is refused at once.
+        if event.mimeData().hasUrls() or self._names_a_model(event.mimeData()):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event: QDropEvent) -> None:
+        if self.add_from_mime(event.mimeData()) is not None:
+            event.acceptProposedAction()
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        """Links and files dropped on the prompt add a model; plain text is typed in."""
+        kind = event.type()
+        if (
+            kind in (QEvent.Type.DragEnter, QEvent.Type.DragMove, QEvent.Type.Drop)
+            and event.mimeData().hasUrls()
+            and self._names_a_model(event.mimeData())
+        ):
+            if kind == QEvent.Type.Drop:
+                self.add_from_mime(event.mimeData())
+            event.acceptProposedAction()
+            return True
+        return super().eventFilter(watched, event)
+
+    @Slot()
+    def _on_library_changed(self) -> None:
+        """New or removed models show in the model bar; the selection stays."""
+        bar = self.model_bar
+        target = bar.target_box.currentData() or ""
+        drafter = bar.drafter_box.currentData() or ""
+        bar.refresh(target, drafter)
+        for box, value in ((bar.target_box, target), (bar.drafter_box, drafter)):
+            box.setCurrentIndex(max(box.findData(value), 0))
 
     # ------------------------------------------------------------- actions
     def _load(self, target: str, drafter: str) -> None:
@@ -355,10 +449,14 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, event: QCloseEvent) -> None:
         self.worker.cancel()
+        self.library_worker.cancel_all()  # downloads keep their bytes for the next start
+        self.library_view.close()
         geometry = bytes(self.saveGeometry().toBase64()).decode()
         self.settings = replace(self.settings, window_geometry=geometry)
         save_settings(self.store, self.settings)
         self._thread.quit()
+        self._library_thread.quit()
         self._thread.wait(10000)
+        self._library_thread.wait(35000)
         self.store.close()
         super().closeEvent(event)

@@ -1,8 +1,9 @@
 """The model picker: target, DFlash drafter and MTP head, showing what is really loaded.
 
 Choices come from the library folder: a sub-folder with a ``config.json`` is a target, or a
-drafter when its config names ``DFlashDraftModel``. Nothing changes until the worker reports
-the model loaded; until then the bar says "Loading…".
+drafter when its config names ``DFlashDraftModel`` (folders starting with a dot are downloads
+and imports in progress). "Library…" opens the model library. Nothing changes until the worker
+reports the model loaded; until then the bar says "Loading…".
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import json
 from pathlib import Path
 
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QWidget
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QPushButton, QWidget
 
 from engine_mlx.paths import models_dir
 
@@ -22,7 +23,7 @@ def scan_library(root: Path | None = None) -> tuple[list[Path], list[Path]]:
     targets, drafters = [], []
     if not root.is_dir():
         return targets, drafters
-    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+    for folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
         cfg = folder / "config.json"
         if not cfg.is_file():
             continue
@@ -36,6 +37,7 @@ def scan_library(root: Path | None = None) -> tuple[list[Path], list[Path]]:
 
 class ModelBar(QWidget):
     load_requested = Signal(str, str)  # target path, drafter path ("" = none)
+    library_requested = Signal()  # open the model library
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -60,6 +62,14 @@ class ModelBar(QWidget):
             layout.addWidget(QLabel(label, self))
             layout.addWidget(box)
         layout.addWidget(self.status, 1)
+        self.library_button = QPushButton("Library…", self)
+        self.library_button.setAccessibleName("Model library")
+        self.library_button.setToolTip(
+            "Installed models, downloads and pairings. Drop a Hugging Face link, a model folder "
+            "or a .gguf file onto the window to add one."
+        )
+        self.library_button.clicked.connect(self.library_requested)
+        layout.addWidget(self.library_button)
         self.refresh()
         self.target_box.activated.connect(self._request)
         self.drafter_box.activated.connect(self._request)

@@ -140,7 +140,8 @@ def _copy_in(
             "folder you are adding)."
         )
     total = sum(f.stat().st_size for f in files)
-    free = shutil.disk_usage(root if root.exists() else root.parent).free
+    partial_root(root).mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(root).free
     if total > free:
         from engine_mlx.library.hub import InsufficientResourcesError
         from engine_mlx.library.units import human_bytes
@@ -150,7 +151,7 @@ def _copy_in(
             f"{human_bytes(free)} free in {root}."
         )
     staging = partial_root(root) / f".copy-{name}-{uuid.uuid4().hex[:8]}"
-    staging.mkdir(parents=True)
+    staging.mkdir()
     reporter = ProgressReporter(name, total, len(files), progress)
     try:
         entries = []

@@ -1,0 +1,554 @@
+"""The model library window: downloads in progress, installed models and how they pair.
+
+Reached from the model bar ("Library…"), and opened by itself when something is dropped or
+pasted onto the main window, so the person sees the download they started. It lists what is
+installed (architecture, size, quantization, context, where it came from), whether each
+drafter and MTP head fits each target (with the reason when not, the loader's own words), the
+z-lab drafters that would fit an installed Qwen target, and unfinished downloads to resume.
+
+The listing reads configs and file headers only (milliseconds, on the GUI thread); installs
+run on the LibraryWorker's thread and report back through its signals.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterable
+from dataclasses import replace
+from pathlib import Path
+
+from PySide6.QtCore import QMimeData, Qt, Signal, Slot
+from PySide6.QtGui import QDragEnterEvent, QDropEvent
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QDialog,
+    QFrame,
+    QGroupBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QMessageBox,
+    QProgressBar,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.download_worker import LibraryWorker
+from engine_mlx.errors import EngineError
+from engine_mlx.library.catalog import (
+    InstalledModel,
+    list_installed,
+    pairings,
+    remove_model,
+    suggestions,
+)
+from engine_mlx.library.download import PendingDownload, discard_pending, pending_downloads
+from engine_mlx.library.hub import endpoint_hosts
+from engine_mlx.library.sources import HubSource, Source, SourceError, parse_drop
+from engine_mlx.library.units import human_bytes, human_duration
+from engine_mlx.paths import models_dir
+
+COLUMNS = ("Name", "Kind", "Architecture", "Size", "Quantization", "Context", "Pairs with")
+KIND_NAMES = {"target": "model", "drafter": "DFlash drafter", "mtp": "MTP head"}
+PHASES = {
+    "downloading": "Downloading",
+    "verifying": "Verifying",
+    "copying": "Copying",
+    "importing": "Importing",
+    "installing": "Installing",
+    "installed": "Installed",
+}
+
+
+def source_from_mime(mime: QMimeData, extra_hosts: Iterable[str] = ()) -> Source:
+    """What a drop or paste names: local files first, then web links, then text."""
+    urls = mime.urls() if mime.hasUrls() else []
+    paths = [Path(u.toLocalFile()) for u in urls if u.isLocalFile()]
+    links = [u.toString() for u in urls if not u.isLocalFile()]
+    text = mime.text() if mime.hasText() else ""
+    return parse_drop(paths, links, text, extra_hosts)
+
+
+class DownloadRow(QFrame):
+    """One install: what, how far, how fast, and its Cancel / Resume / Discard buttons."""
+
+    cancel_requested = Signal(str)
+    resume_requested = Signal(str)
+    discard_requested = Signal(str)
+
+    def __init__(self, job: str, title: str, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.job = job
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        self.setAccessibleName(f"Download {title}")
+        self.title = QLabel(f"<b>{title}</b>", self)
+        self.status = QLabel("Checking…", self)
+        self.status.setAccessibleName("Download status")
+        self.status.setWordWrap(True)
+        self.bar = QProgressBar(self)
+        self.bar.setAccessibleName("Download progress")
+        self.bar.setRange(0, 0)  # busy until the size is known
+        self.detail = QLabel("", self)
+        self.detail.setAccessibleName("Download detail")
+        self.detail.setStyleSheet("color: palette(mid);")
+        self.cancel_button = QPushButton("Cancel", self)
+        self.resume_button = QPushButton("Resume", self)
+        self.discard_button = QPushButton("Discard", self)
+        for button in (self.resume_button, self.discard_button):
+            button.hide()
+        self.cancel_button.clicked.connect(lambda: self.cancel_requested.emit(self.job))
+        self.resume_button.clicked.connect(lambda: self.resume_requested.emit(self.job))
+        self.discard_button.clicked.connect(lambda: self.discard_requested.emit(self.job))
+        top = QHBoxLayout()
+        top.addWidget(self.title, 1)
+        for button in (self.cancel_button, self.resume_button, self.discard_button):
+            top.addWidget(button)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(8, 6, 8, 6)
+        layout.addLayout(top)
+        layout.addWidget(self.bar)
+        layout.addWidget(self.status)
+        layout.addWidget(self.detail)
+
+    def set_plan(self, plan: dict) -> None:
+        self.status.setText(plan.get("summary", ""))
+
+    def set_progress(self, p: dict) -> None:
+        phase = PHASES.get(p["phase"], p["phase"])
+        total = int(p["total"]) or 1
+        self.bar.setRange(0, 1000)
+        self.bar.setValue(int(1000 * min(int(p["done"]) / total, 1.0)))
+        if p["phase"] == "importing":
+            self.bar.setFormat(f"{phase} %p%")
+            self.status.setText(f"{phase} tensors: {p['done']} of {p['total']}")
+            return
+        self.bar.setFormat(f"{phase} %p%")
+        speed = float(p.get("speed_bps") or 0.0)
+        parts = [f"{human_bytes(p['done'])} of {human_bytes(p['total'])}"]
+        if p["phase"] in ("downloading", "copying") and speed > 0:
+            parts.append(f"{human_bytes(speed)}/s")
+            parts.append(f"{human_duration(p.get('eta_s'))} left")
+        self.status.setText(" · ".join(parts))
+        number = min(int(p["files_done"]) + 1, int(p["files_total"]))
+        file_line = f"{phase} {p['file']} ({number} of {p['files_total']})"
+        if int(p["file_size"]) > 0 and p["phase"] == "downloading":
+            file_line += f": {human_bytes(p['file_done'])} of {human_bytes(p['file_size'])}"
+        self.detail.setText(file_line)
+
+    def set_installed(self, path: str) -> None:
+        self.bar.setRange(0, 1)
+        self.bar.setValue(1)
+        self.bar.setFormat("Installed")
+        self.status.setText(f"Installed in {path}")
+        self.detail.setText("")
+        self.cancel_button.hide()
+        self.resume_button.hide()
+        self.discard_button.hide()
+
+    def set_stopped(self, message: str, resumable: bool, failed: bool) -> None:
+        if self.bar.maximum() == 0:
+            self.bar.setRange(0, 1)
+            self.bar.setValue(0)
+        self.bar.setFormat("Failed" if failed else "Stopped")
+        self.status.setText(message)
+        if failed:
+            self.status.setStyleSheet("color: #c0392b;")
+        self.cancel_button.hide()
+        self.resume_button.setVisible(resumable)
+        self.discard_button.setVisible(resumable)
+
+    def set_resuming(self) -> None:
+        self.status.setStyleSheet("")
+        self.status.setText("Resuming…")
+        self.bar.setFormat("%p%")
+        self.cancel_button.show()
+        self.resume_button.hide()
+        self.discard_button.hide()
+
+
+class LibraryView(QDialog):
+    """Non-modal: downloads keep going, and the chat stays usable, while it is open."""
+
+    request_install = Signal(str, object)  # job id, Source (to the worker)
+    library_changed = Signal()  # something was installed or removed
+    load_requested = Signal(str, str)  # target folder, drafter folder ("" = none)
+
+    def __init__(self, worker: LibraryWorker, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Model library")
+        self.setAcceptDrops(True)
+        self.resize(900, 620)
+        self.worker = worker
+        self.root = worker.root
+        self.jobs: dict[str, tuple[DownloadRow, Source]] = {}
+        self.plans: dict[str, dict] = {}
+        self.pending: dict[str, PendingDownload] = {}
+        self.models: list[InstalledModel] = []
+        self._build()
+        self.request_install.connect(worker.install)
+        worker.planned.connect(self._on_planned)
+        worker.progress.connect(self._on_progress)
+        worker.installed.connect(self._on_installed)
+        worker.failed.connect(self._on_failed)
+        worker.cancelled.connect(self._on_cancelled)
+        self.refresh()
+
+    # ------------------------------------------------------------------ layout
+    def _build(self) -> None:
+        self.input = QLineEdit(self)
+        self.input.setAccessibleName("Model to add")
+        self.input.setPlaceholderText(
+            "ORG/NAME or https://huggingface.co/… — or drop a model folder, .gguf or "
+            ".safetensors file here"
+        )
+        self.add_button = QPushButton("Add", self)
+        self.add_button.setDefault(True)
+        self.error = QLabel(self)
+        self.error.setAccessibleName("Library error")
+        self.error.setWordWrap(True)
+        self.error.setStyleSheet(
+            "QLabel { color: #ffffff; background: #c0392b; padding: 6px; border-radius: 4px; }"
+        )
+        self.error.hide()
+        self.where = QLabel(self)
+        self.where.setStyleSheet("color: palette(mid);")
+
+        self.downloads_box = QGroupBox("Downloads", self)
+        self.downloads_layout = QVBoxLayout(self.downloads_box)
+        self.downloads_box.hide()
+
+        self.table = QTableWidget(0, len(COLUMNS), self)
+        self.table.setAccessibleName("Installed models")
+        self.table.setHorizontalHeaderLabels(COLUMNS)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.verticalHeader().hide()
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(len(COLUMNS) - 1, QHeaderView.ResizeMode.Stretch)
+        self.suggestions_box = QGroupBox("Suggested drafters", self)
+        self.suggestions_layout = QVBoxLayout(self.suggestions_box)
+        self.suggestions_box.hide()
+
+        self.load_button = QPushButton("Load in chat", self)
+        self.remove_button = QPushButton("Remove…", self)
+        self.refresh_button = QPushButton("Refresh", self)
+        self.load_button.setEnabled(False)
+        self.remove_button.setEnabled(False)
+
+        add_row = QHBoxLayout()
+        add_row.addWidget(self.input, 1)
+        add_row.addWidget(self.add_button)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.where, 1)
+        buttons.addWidget(self.refresh_button)
+        buttons.addWidget(self.remove_button)
+        buttons.addWidget(self.load_button)
+        layout = QVBoxLayout(self)
+        layout.addLayout(add_row)
+        layout.addWidget(self.error)
+        layout.addWidget(self.downloads_box)
+        layout.addWidget(QLabel("<b>Installed</b>", self))
+        layout.addWidget(self.table, 1)
+        layout.addWidget(self.suggestions_box)
+        layout.addLayout(buttons)
+
+        self.add_button.clicked.connect(self.add_from_input)
+        self.input.returnPressed.connect(self.add_from_input)
+        self.refresh_button.clicked.connect(self.refresh)
+        self.remove_button.clicked.connect(self.remove_selected)
+        self.load_button.clicked.connect(self.load_selected)
+        self.table.itemSelectionChanged.connect(self._on_selection)
+
+    # ------------------------------------------------------------------ listing
+    @Slot()
+    def refresh(self) -> None:
+        root = self.root or models_dir()
+        self.models = list_installed(root)
+        pairs = pairings(self.models)
+        self.table.setRowCount(len(self.models))
+        for row, m in enumerate(self.models):
+            fits = [p for p in pairs if self._involves(p, m) and p.fits]
+            misfits = [p for p in pairs if self._involves(p, m) and not p.fits]
+            pairs_text = ", ".join(self._other(p, m) for p in fits) or "–"
+            if misfits:
+                pairs_text += "   (does not fit: " + "; ".join(
+                    f"{self._other(p, m)}: {p.reason}" for p in misfits
+                )
+                pairs_text += ")"
+            if m.problem:
+                pairs_text = f"Will not load: {m.problem}"
+            cells = (
+                m.name,
+                KIND_NAMES.get(m.kind, m.kind),
+                m.architecture,
+                human_bytes(m.size_bytes),
+                m.quantization,
+                f"{m.max_context:,}" if m.max_context else "–",
+                pairs_text,
+            )
+            for col, text in enumerate(cells):
+                item = QTableWidgetItem(text)
+                item.setToolTip(f"{m.source}\n{m.path}" if col == 0 else text)
+                if m.problem:
+                    item.setForeground(Qt.GlobalColor.red)
+                self.table.setItem(row, col, item)
+        self._show_suggestions()
+        self._show_pending()
+        self.where.setText(f"{root} · {human_bytes(self._free_space(root))} free")
+        self._on_selection()
+
+    @staticmethod
+    def _involves(pairing, model: InstalledModel) -> bool:
+        return model.name in (pairing.target, pairing.companion)
+
+    @staticmethod
+    def _other(pairing, model: InstalledModel) -> str:
+        return pairing.companion if pairing.target == model.name else pairing.target
+
+    @staticmethod
+    def _free_space(root: Path) -> int:
+        probe = root
+        while not probe.exists() and probe != probe.parent:
+            probe = probe.parent
+        return shutil.disk_usage(probe).free
+
+    def pairing_text(self, name: str) -> str:
+        """The "Pairs with" cell of model ``name`` (for tests and accessibility)."""
+        for row in range(self.table.rowCount()):
+            if self.table.item(row, 0).text() == name:
+                return self.table.item(row, len(COLUMNS) - 1).text()
+        raise KeyError(name)
+
+    def _show_suggestions(self) -> None:
+        while self.suggestions_layout.count():
+            widget = self.suggestions_layout.takeAt(0).widget()
+            if widget is not None:
+                widget.deleteLater()
+        wanted = [
+            s
+            for s in suggestions(self.models)
+            if not any(
+                isinstance(src, HubSource) and src.repo_id == s.repo_id
+                for _, src in self.jobs.values()
+            )
+        ]
+        for s in wanted:
+            line = QWidget(self.suggestions_box)
+            row = QHBoxLayout(line)
+            row.setContentsMargins(0, 0, 0, 0)
+            label = QLabel(f"For <b>{s.target}</b>: {s.repo_id} — {s.reason}", line)
+            label.setWordWrap(True)
+            button = QPushButton("Download", line)
+            button.setAccessibleName(f"Download {s.repo_id}")
+            button.clicked.connect(lambda _=False, repo=s.repo_id: self.start(HubSource(repo)))
+            row.addWidget(label, 1)
+            row.addWidget(button)
+            self.suggestions_layout.addWidget(line)
+        self.suggestions_box.setVisible(bool(wanted))
+
+    def _show_pending(self) -> None:
+        """Unfinished downloads found on disk (a cancel, a crash, a restart) become rows
+        with Resume and Discard, unless a job of this session already shows them."""
+        shown = {src.repo_id for _, src in self.jobs.values() if isinstance(src, HubSource)} | {
+            p.repo_id for p in self.pending.values()
+        }
+        for pending in pending_downloads(self.root):
+            if pending.repo_id in shown:
+                continue
+            job = f"pending:{pending.path.name}"
+            row = self._add_row(job, pending.repo_id, HubSource(pending.repo_id, pending.commit))
+            self.pending[job] = pending
+            total = pending.total or 1
+            row.bar.setRange(0, 1000)
+            row.bar.setValue(int(1000 * pending.bytes_on_disk / total))
+            row.set_stopped(
+                f"Unfinished: {human_bytes(pending.bytes_on_disk)} of "
+                f"{human_bytes(pending.total)} downloaded.",
+                resumable=True,
+                failed=False,
+            )
+
+    # ------------------------------------------------------------------ starting jobs
+    def start(self, source: Source) -> str:
+        """Begin installing ``source`` (queued behind any install in progress)."""
+        self.error.hide()
+        job = self.worker.new_job()
+        self._add_row(job, source.describe(), source)
+        self.request_install.emit(job, source)
+        self._show_suggestions()
+        return job
+
+    def _add_row(self, job: str, title: str, source: Source) -> DownloadRow:
+        row = DownloadRow(job, title, self.downloads_box)
+        row.cancel_requested.connect(self.cancel)
+        row.resume_requested.connect(self.resume)
+        row.discard_requested.connect(self.discard)
+        self.downloads_layout.addWidget(row)
+        self.downloads_box.show()
+        self.jobs[job] = (row, source)
+        return row
+
+    def row(self, job: str) -> DownloadRow:
+        return self.jobs[job][0]
+
+    def show_error(self, message: str) -> None:
+        self.error.setText(message)
+        self.error.show()
+
+    @Slot()
+    def add_from_input(self) -> None:
+        text = self.input.text()
+        try:
+            source = parse_drop([], [], text, endpoint_hosts())
+        except SourceError as exc:
+            self.show_error(str(exc))
+            return
+        self.input.clear()
+        self.start(source)
+
+    def add_from_mime(self, mime: QMimeData) -> str | None:
+        """Start installing what a drop or paste names; show why not when it names nothing
+        installable. Returns the job id."""
+        try:
+            source = source_from_mime(mime, endpoint_hosts())
+        except SourceError as exc:
+            self.show_error(str(exc))
+            return None
+        return self.start(source)
+
+    @Slot(str)
+    def cancel(self, job: str) -> None:
+        self.worker.cancel(job)
+        self.row(job).status.setText("Cancelling…")
+
+    @Slot(str)
+    def resume(self, job: str) -> None:
+        row, source = self.jobs.pop(job)
+        plan = self.plans.pop(job, None)
+        if isinstance(source, HubSource) and plan:
+            source = replace(source, revision=plan["commit"])  # the kept files' commit
+        self.pending.pop(job, None)
+        new_job = self.worker.new_job()
+        row.job = new_job
+        row.set_resuming()
+        self.jobs[new_job] = (row, source)
+        self.request_install.emit(new_job, source)
+
+    @Slot(str)
+    def discard(self, job: str) -> None:
+        row, source = self.jobs.pop(job)
+        pending = self.pending.pop(job, None)
+        if pending is None and isinstance(source, HubSource):
+            pending = next(
+                (p for p in pending_downloads(self.root) if p.repo_id == source.repo_id), None
+            )
+        if pending is not None:
+            discard_pending(pending)
+        row.deleteLater()
+        self.downloads_box.setVisible(len(self.jobs) > 0)
+        self.refresh()
+
+    # ------------------------------------------------------------------ worker events
+    @Slot(str, dict)
+    def _on_planned(self, job: str, plan: dict) -> None:
+        if job in self.jobs:
+            self.plans[job] = plan
+            self.row(job).set_plan(plan)
+
+    @Slot(str, dict)
+    def _on_progress(self, job: str, progress: dict) -> None:
+        if job in self.jobs:
+            self.row(job).set_progress(progress)
+
+    @Slot(str, str)
+    def _on_installed(self, job: str, path: str) -> None:
+        if job in self.jobs:
+            self.row(job).set_installed(path)
+        self.refresh()
+        self.library_changed.emit()
+
+    @Slot(str, str)
+    def _on_failed(self, job: str, message: str) -> None:
+        if job in self.jobs:
+            source = self.jobs[job][1]
+            self.row(job).set_stopped(message, isinstance(source, HubSource), failed=True)
+
+    @Slot(str, str)
+    def _on_cancelled(self, job: str, message: str) -> None:
+        if job in self.jobs:
+            source = self.jobs[job][1]
+            self.row(job).set_stopped(message, isinstance(source, HubSource), failed=False)
+
+    # ------------------------------------------------------------------ installed models
+    def selected(self) -> InstalledModel | None:
+        rows = self.table.selectionModel().selectedRows() if self.table.selectionModel() else []
+        return self.models[rows[0].row()] if rows else None
+
+    def select(self, name: str) -> None:
+        for row, m in enumerate(self.models):
+            if m.name == name:
+                self.table.selectRow(row)
+                return
+        raise KeyError(name)
+
+    @Slot()
+    def _on_selection(self) -> None:
+        model = self.selected()
+        self.remove_button.setEnabled(model is not None)
+        self.load_button.setEnabled(model is not None and model.kind == "target")
+
+    @Slot()
+    def remove_selected(self) -> None:
+        model = self.selected()
+        if model is None:
+            return
+        box = QMessageBox(
+            QMessageBox.Icon.Warning,
+            "Remove model",
+            f"Delete {model.name} ({human_bytes(model.size_bytes)}) from the library?\n\n"
+            f"{model.path}\n\nThis cannot be undone.",
+            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
+            self,
+        )
+        box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+        self.confirm_box = box
+        if box.exec() != QMessageBox.StandardButton.Yes:
+            return
+        try:
+            remove_model(model.path, self.root or models_dir())
+        except (EngineError, OSError) as exc:
+            self.show_error(f"Could not remove {model.name}: {exc}")
+        self.refresh()
+        self.library_changed.emit()
+
+    @Slot()
+    def load_selected(self) -> None:
+        """Load the selected model in the chat, with the first installed drafter that fits."""
+        model = self.selected()
+        if model is None or model.kind != "target":
+            return
+        drafter = next(
+            (
+                p.companion
+                for p in pairings(self.models)
+                if p.target == model.name and p.kind == "drafter" and p.fits
+            ),
+            "",
+        )
+        paths = {m.name: str(m.path) for m in self.models}
+        self.load_requested.emit(str(model.path), paths.get(drafter, ""))
+
+    # ------------------------------------------------------------------ drops onto the window
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
+        if event.mimeData().hasUrls() or event.mimeData().hasText():
+            event.acceptProposedAction()
+
+    def dropEvent(self, event: QDropEvent) -> None:
+        if self.add_from_mime(event.mimeData()) is not None:
+            event.acceptProposedAction()
