@@ -56,10 +56,26 @@ def init_drafter(
     import mlx.core as mx
 
     target = load_target(target_path)
+    config = drafter_config_for(target, layers=layers, block=block, conv=conv)
+    mx.random.seed(seed)
+    return save_dflash(DFlashModel(config), out)
+
+
+def drafter_config_for(
+    target: TargetModel,
+    *,
+    layers: int,
+    block: int,
+    conv: int,
+    capture: tuple[int, ...] | None = None,
+) -> DFlashConfig:
+    """A DFlash2 drafter shaped like ``target``'s layers (so they can seed it), reading the
+    target layers ``capture`` (default: one per draft layer, spaced evenly)."""
     spec = target.spec
     tc = text_config(spec.config)
     heads = int(tc["num_attention_heads"])
-    config = DFlashConfig(
+    ids = capture if capture is not None else default_target_layer_ids(spec.num_layers, layers)
+    return DFlashConfig(
         hidden_size=spec.hidden_size,
         num_hidden_layers=layers,
         num_attention_heads=heads,
@@ -68,7 +84,7 @@ def init_drafter(
         intermediate_size=int(tc["intermediate_size"]),
         vocab_size=spec.vocab_size,
         num_target_layers=spec.num_layers,
-        target_layer_ids=tuple(default_target_layer_ids(spec.num_layers, layers)),
+        target_layer_ids=tuple(ids),
         block_size=block,
         mask_token_id=resolve_mask_token_for(target),
         rms_norm_eps=float(tc.get("rms_norm_eps", 1e-6)),
@@ -76,8 +92,6 @@ def init_drafter(
         max_position_embeddings=spec.max_context,
         local_conv_kernel=conv,
     )
-    mx.random.seed(seed)
-    return save_dflash(DFlashModel(config), out)
 
 
 def resolve_mask_token_for(target: TargetModel) -> int:

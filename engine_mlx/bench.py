@@ -145,7 +145,7 @@ def run_bench(args: argparse.Namespace) -> int:
     if unknown:
         raise EngineError(f"unknown mode(s) {unknown}; available: {', '.join(MODES)}")
     widths = [int(w) for w in args.widths.split(",") if w.strip()]
-    depths = [int(d) for d in args.depths.split(",") if d.strip()]
+    depths = [int(d) for d in (args.depths or "0,1024").split(",") if d.strip()]
     target = TargetModel.load(path)
     drafter = load_drafter(args.drafter, target) if args.drafter else None
     if "dflash2" in modes and drafter is None:

@@ -1,4 +1,5 @@
-"""Command line: ``python -m engine_mlx generate | bench | import-gguf | demo | info``.
+"""Command line: ``python -m engine_mlx generate | bench | import-gguf | demo | info`` and
+the training commands (``engine_mlx.training.commands``).
 
 The ``generate --json`` output is a stable contract: one JSON object per event, the last one
 ``{"event": "finished", "tokens": [...], "text": ..., "stats": {...}}``.
@@ -16,6 +17,8 @@ from pathlib import Path
 from engine_mlx.backend import backend_info
 from engine_mlx.errors import EngineError
 from engine_mlx.session import MODES, GenerationConfig
+from engine_mlx.training.commands import COMMANDS as TRAINING_COMMANDS
+from engine_mlx.training.commands import add_training_commands, run_training_command
 
 
 def _add_sampling(p: argparse.ArgumentParser) -> None:
@@ -98,11 +101,17 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--modes", default="ar", help=f"comma list of {', '.join(MODES)}")
     bench.add_argument("--widths", default="1", help="widths for the speculative modes")
     _add_speculation(bench)
-    bench.add_argument("--depths", default="0,1024")
+    bench.add_argument("--depths", default=None, help="comma list (default 0,1024; suite: its own)")
     bench.add_argument("--max-tokens", type=int, default=128)
     bench.add_argument("--repeats", type=int, default=3)
     bench.add_argument("--no-baseline", action="store_true", help="skip mlx-lm")
     bench.add_argument("--json-out", type=Path, default=None)
+    bench.add_argument(
+        "--suite", default=None, choices=["standard", "reduced"], help="modes x depths x categories"
+    )
+    bench.add_argument("--categories", default=None, help="suite: comma list of math,code,prose")
+    bench.add_argument("--plot-out", type=Path, default=None, help="suite: a PNG of tok/s by depth")
+    bench.add_argument("--draft-lm", type=Path, default=None, help="suite: mlx-lm draft model")
 
     imp = sub.add_parser("import-gguf", help="import a .gguf into a model folder")
     imp.add_argument("gguf", type=Path)
@@ -117,15 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     init.add_argument("--conv", type=int, default=4, help="local convolution kernel (0: v1)")
     init.add_argument("--seed", type=int, default=0)
 
-    tm = sub.add_parser("train-mtp", help="train an MTP head for a model that has none")
-    tm.add_argument("--model", type=Path, default=None, help="target folder (default: demo)")
-    tm.add_argument("--data", type=Path, nargs="+", required=True, help="text files")
-    tm.add_argument("--out", type=Path, required=True, help="the head's .safetensors file")
-    tm.add_argument("--steps", type=int, default=200)
-    tm.add_argument("--batch", type=int, default=4)
-    tm.add_argument("--seq-len", type=int, default=128)
-    tm.add_argument("--lr", type=float, default=1e-3)
-    tm.add_argument("--hidden", default="post", choices=["post", "pre"])
+    add_training_commands(sub)
 
     pull = sub.add_parser("pull", help="download a model from the hub into the library")
     pull.add_argument(
@@ -148,6 +149,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "generate":
             return _generate(args)
         if args.command == "bench":
+            if args.suite:
+                from engine_mlx.bench_suite import run_suite
+
+                return run_suite(args)
             from engine_mlx.bench import run_bench
 
             return run_bench(args)
@@ -170,8 +175,8 @@ def main(argv: list[str] | None = None) -> int:
                 )
             )
             return 0
-        if args.command == "train-mtp":
-            return _train_mtp(args)
+        if args.command in TRAINING_COMMANDS:
+            return run_training_command(args, resolve_model)
         if args.command == "pull":
             from engine_mlx.library.cli import pull_command
 
@@ -190,28 +195,6 @@ def main(argv: list[str] | None = None) -> int:
     except EngineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-
-
-def _train_mtp(args: argparse.Namespace) -> int:
-    from engine_mlx.api import load_target
-    from engine_mlx.training.mtp import MTPTrainConfig, train_mtp
-
-    target = load_target(resolve_model(args.model))
-    texts = []
-    for file in args.data:
-        try:
-            texts.append(file.read_text(encoding="utf-8", errors="replace"))
-        except OSError as exc:
-            raise EngineError(f"cannot read training text {file}: {exc}") from exc
-    config = MTPTrainConfig(
-        steps=args.steps, batch=args.batch, seq_len=args.seq_len, lr=args.lr, hidden=args.hidden
-    )
-    try:
-        train_mtp(target, texts, args.out, config, log=lambda r: print(json.dumps(r), flush=True))
-    except ValueError as exc:
-        raise EngineError(str(exc)) from exc
-    print(args.out)
-    return 0
 
 
 def resolve_model(model: Path | None) -> Path:

@@ -32,6 +32,7 @@ from engine_mlx.events import (
 )
 from engine_mlx.models.target import TargetModel
 from engine_mlx.policy import CostModelPolicy, ThresholdPolicy
+from engine_mlx.prompt_cache import PrefilledPrompt, snapshot_cache
 from engine_mlx.stats import StatsTracker
 
 MODES = ("ar", "lookup", "dflash2", "mtp", "auto")
@@ -84,14 +85,23 @@ class Session:
         drafter: Drafter | None = None,
         mtp: Drafter | None = None,
         mtp_unavailable: str = "no MTP head loaded",
+        *,
+        reuse_prompt: bool = False,
     ) -> None:
         self.target = target
+        self.reuse_prompt = reuse_prompt  # keep the last prefill (``prompt_cache``)
+        self._prefilled: PrefilledPrompt | None = None
         self.drafter = drafter
         self.mtp = mtp
         self.mtp_unavailable = mtp_unavailable if mtp is None else ""
         self._eos = set(getattr(target.tokenizer, "eos_token_ids", None) or ())
         self._calibrators: dict[tuple[str, bool], AcceptanceCalibrator] = {}
         self._policies: dict[tuple, CostModelPolicy | ThresholdPolicy] = {}
+
+    def _keep_capture(self) -> tuple[int, ...]:
+        """Every layer any of this session's drafters reads, so a kept prefill serves all."""
+        drafters = [d for d in (self.drafter, self.mtp) if d is not None]
+        return tuple(sorted({lid for d in drafters for lid in d.capture_layers}))
 
     @property
     def auto_modes(self) -> list[str]:
@@ -239,19 +249,37 @@ class Session:
             return Finished(reason, "".join(text_parts), tuple(tokens), stats.summary())
 
         logits = None
-        for start in range(0, len(prompt), config.prefill_chunk):
+        first = 0
+        keep = self._keep_capture() if self.reuse_prompt else capture
+        chunks: list[tuple[list[int], list[mx.array]]] = []
+        kept = self._prefilled
+        if self.reuse_prompt and kept is not None and kept.serves(prompt, keep):
+            cache = kept.restore_cache()
+            logits, first, chunks = kept.logits, len(kept.ids), list(kept.chunks)
+            for ids, feats in kept.features_for(capture) if group.drafters else []:
+                group.observe_all(ids, feats)
+            if lookup is not None:
+                lookup.extend(list(kept.ids))
+            stats.reused_prompt_tokens = first
+        for start in range(first, len(prompt), config.prefill_chunk):
             if cancel.is_set():
                 yield finish("cancelled")
                 return
             chunk_ids = prompt[start : start + config.prefill_chunk]
-            out = target.forward(mx.array(chunk_ids), cache, last_only=True, capture=capture)
+            out = target.forward(mx.array(chunk_ids), cache, last_only=True, capture=keep)
             logits = out.logits
             mx.eval(logits, out.features)
             if group.drafters:
-                group.observe_all(chunk_ids, out.features)
+                group.observe_all(chunk_ids, [out.features[keep.index(i)] for i in capture])
+            if self.reuse_prompt:
+                chunks.append((chunk_ids, out.features))
             if lookup is not None:
                 lookup.extend(chunk_ids)
             yield PrefillProgress(min(start + config.prefill_chunk, len(prompt)), len(prompt))
+        if self.reuse_prompt and first < len(prompt):
+            self._prefilled = PrefilledPrompt(
+                tuple(prompt), keep, snapshot_cache(cache), logits, chunks
+            )
         stats.prefill_done()
         strategy = strategy_for(mode)
         strategy.begin(sampler.sample(logits[0, -1]))

@@ -51,6 +51,7 @@ class GenerationStats:
     tested: int
     accepted: int
     modes: dict[str, int] = field(default_factory=dict)
+    reused_prompt_tokens: int = 0  # prompt tokens whose prefill was kept from before
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -84,6 +85,7 @@ class StatsTracker:
     def __init__(self, prompt_tokens: int, max_context: int, clock=time.perf_counter) -> None:
         self.clock = clock
         self.prompt_tokens = prompt_tokens
+        self.reused_prompt_tokens = 0
         self.max_context = max_context
         self.t_start = clock()
         self.t_prefill_done: float | None = None
@@ -126,7 +128,9 @@ class StatsTracker:
             tau=self.tokens / self.steps if self.steps else 0.0,
             acceptance_rate=self.accepted / self.tested if self.tested else None,
             decode_tps=(self.tokens - 1) / decode_s if decode_s > 0 and self.tokens > 1 else 0.0,
-            prefill_tps=self.prompt_tokens / prefill_s if prefill_s > 0 else 0.0,
+            prefill_tps=(self.prompt_tokens - self.reused_prompt_tokens) / prefill_s
+            if prefill_s > 0
+            else 0.0,
             ttft_s=(first - self.t_start) if first is not None else 0.0,
             total_s=self.clock() - self.t_start,
             context_depth=self.context_depth,
@@ -135,4 +139,5 @@ class StatsTracker:
             tested=self.tested,
             accepted=self.accepted,
             modes=dict(self.modes),
+            reused_prompt_tokens=self.reused_prompt_tokens,
         )

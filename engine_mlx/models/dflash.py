@@ -155,16 +155,35 @@ class DFlashAttention(nn.Module):
         return keys, self._heads(self.v_proj(ctx), self.n_kv_heads)
 
     def __call__(
-        self, x: mx.array, ctx_k: mx.array, ctx_v: mx.array, rope: nn.Module, offset: int
+        self,
+        x: mx.array,
+        ctx_k: mx.array,
+        ctx_v: mx.array,
+        rope: nn.Module,
+        offset: int | mx.array,
+        mask: mx.array | None = None,
     ) -> mx.array:
-        b, length, _ = x.shape
-        q = rope(self.q_norm(self._heads(self.q_proj(x), self.n_heads)), offset=offset)
-        k = rope(self.k_norm(self._heads(self.k_proj(x), self.n_kv_heads)), offset=offset)
-        v = self._heads(self.v_proj(x), self.n_kv_heads)
+        """Blocks ``x`` [S*M, B, H] against the context of S sequences (``ctx_k`` [S, kv, T,
+        d]): M blocks per sequence, each at its own ``offset`` ([S*M], or one int). Drafting
+        is S = M = 1 with no mask; training packs many blocks per sequence, and ``mask``
+        [S, 1, M*B, T+M*B] keeps each block to its own context prefix and itself."""
+        blocks, length, _ = x.shape
+        seqs = ctx_k.shape[0]
+        per_seq = blocks // seqs
+
+        def pack(t: mx.array) -> mx.array:  # [S*M, n, B, d] -> [S, n, M*B, d]
+            n, d = t.shape[1], t.shape[3]
+            t = t.reshape(seqs, per_seq, n, length, d).transpose(0, 2, 1, 3, 4)
+            return t.reshape(seqs, n, per_seq * length, d)
+
+        q = pack(rope(self.q_norm(self._heads(self.q_proj(x), self.n_heads)), offset=offset))
+        k = pack(rope(self.k_norm(self._heads(self.k_proj(x), self.n_kv_heads)), offset=offset))
+        v = pack(self._heads(self.v_proj(x), self.n_kv_heads))
         keys = mx.concatenate([ctx_k, k], axis=2)
         values = mx.concatenate([ctx_v, v], axis=2)
-        out = mx.fast.scaled_dot_product_attention(q, keys, values, scale=self.scale)
-        return self.o_proj(out.transpose(0, 2, 1, 3).reshape(b, length, -1))
+        out = mx.fast.scaled_dot_product_attention(q, keys, values, scale=self.scale, mask=mask)
+        out = out.reshape(seqs, self.n_heads, per_seq, length, -1).transpose(0, 2, 3, 1, 4)
+        return self.o_proj(out.reshape(blocks, length, -1))
 
 
 class DFlashLayer(nn.Module):
@@ -178,11 +197,17 @@ class DFlashLayer(nn.Module):
             self.local_conv = LocalConv(cfg.hidden_size, cfg.local_conv_kernel)
 
     def __call__(
-        self, x: mx.array, ctx_k: mx.array, ctx_v: mx.array, rope: nn.Module, offset: int
+        self,
+        x: mx.array,
+        ctx_k: mx.array,
+        ctx_v: mx.array,
+        rope: nn.Module,
+        offset: int | mx.array,
+        mask: mx.array | None = None,
     ) -> mx.array:
         if "local_conv" in self:
             x = x + self.local_conv(x)
-        h = x + self.self_attn(self.input_layernorm(x), ctx_k, ctx_v, rope, offset)
+        h = x + self.self_attn(self.input_layernorm(x), ctx_k, ctx_v, rope, offset, mask)
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
@@ -210,10 +235,17 @@ class DFlashModel(nn.Module):
         """Captured target layer outputs -> the drafter's context states."""
         return self.hidden_norm(self.fc(mx.concatenate(features, axis=-1)))
 
-    def __call__(self, block: mx.array, ctx_kv: list[tuple[mx.array, mx.array]], offset: int):
+    def __call__(
+        self,
+        block: mx.array,
+        ctx_kv: list[tuple[mx.array, mx.array]],
+        offset: int | mx.array,
+        mask: mx.array | None = None,
+    ) -> mx.array:
+        """Hidden states of ``block`` (see ``DFlashAttention`` for packed training blocks)."""
         h = block
         for layer, (k, v) in zip(self.layers, ctx_kv, strict=True):
-            h = layer(h, k, v, self.rope, offset)
+            h = layer(h, k, v, self.rope, offset, mask)
         return self.norm(h)
 
 

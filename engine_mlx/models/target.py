@@ -122,6 +122,15 @@ class TargetModel:
             return self.inner.embed_tokens.as_linear(hidden)
         return self._head(hidden)
 
+    def head_rows(self, ids: mx.array) -> mx.array | None:
+        """Rows of the output projection for ``ids`` ([n, hidden]), so training can score a
+        subset of the vocabulary; None when the head is quantized and untied."""
+        if self._tied:
+            return self.inner.embed_tokens(ids)
+        if isinstance(self._head, nn.Linear) and "bias" not in self._head:
+            return self._head.weight[ids]
+        return None
+
     def forward(
         self,
         tokens: mx.array,

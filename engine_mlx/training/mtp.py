@@ -1,18 +1,20 @@
 """Train an MTP head for a target that has none, on the target's own distribution.
 
-For a token sequence x, the target's final hidden states h_i and its next-token distributions
-p_i come from one frozen forward. The head sees (h_i, x_{i+1}) and must predict the token
-after x_{i+1}; its loss is the cross-entropy against the target's own distribution p_{i+1}
-there, as a KL divergence (distillation: the head is judged on what the target will accept,
-not on the corpus).
-Only the head's parameters train; the target's embedding and head are shared and frozen.
+Data is a ``make-dataset`` folder: the target's continuations with its last hidden state
+(before the final norm) and its top-k next-token distribution at every position. The head
+sees (h_i, x_{i+1}) and must predict the token after x_{i+1}; its loss is the cross-entropy
+against the target's own distribution there, minus the target's entropy (a KL, so the number
+has no floor): the head is judged on what the target will accept, not on the corpus. The
+head's layer attends causally over the sequence, so whole sequences train at once; the loss
+counts continuation positions only. Only the head trains; the target's embedding and head are
+shared and frozen.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,82 +25,117 @@ import numpy as np
 
 from engine_mlx.models.mtp import MTPHead, load_mtp, new_head, save_mtp
 from engine_mlx.models.target import TargetModel
+from engine_mlx.training.dataset import load_fields
+from engine_mlx.training.vocab import distill_kl, logits_over, renormalised, subset
 
 
 @dataclass(frozen=True)
 class MTPTrainConfig:
-    steps: int = 200
-    batch: int = 4
-    seq_len: int = 128
+    steps: int = 600
+    positions: int = 1024  # continuation positions per step (whole sequences, about)
+    vocab_sample: int = 2048  # random extra tokens scored per step; 0 = full vocabulary
     lr: float = 1e-3
     hidden: str = "post"  # which target state the head reads (see decoding.mtp_drafter)
     seed: int = 0
     checkpoint_every: int = 50
 
 
-def token_windows(
-    target: TargetModel, texts: Sequence[str], seq_len: int, seed: int
-) -> Iterator[np.ndarray]:
-    """Endless random windows of ``seq_len + 1`` tokens from the tokenised texts."""
-    ids = np.array([t for text in texts for t in target.tokenizer.encode(text)], dtype=np.int32)
-    if len(ids) <= seq_len + 1:
-        raise ValueError(f"need more than {seq_len + 1} tokens of training text, got {len(ids)}")
-    rng = np.random.default_rng(seed)
-    while True:
-        start = int(rng.integers(0, len(ids) - seq_len - 1))
-        yield ids[start : start + seq_len + 1]
+@dataclass
+class MTPBatch:
+    tokens: mx.array  # [S, T]
+    hidden: mx.array  # [S, T, H] state fed to the head
+    teacher_ids: mx.array  # [S, T-1, K]: row i is the teacher for token i + 2 (see vocab)
+    teacher_p: mx.array  # [S, T-1, K]
+    weights: mx.array  # [S, T-1]
+    vocab: mx.array | None = None  # token ids scored (training.vocab); None: all
 
 
-def _targets(target: TargetModel, tokens: mx.array, hidden: str) -> tuple[mx.array, mx.array]:
-    """Frozen target pass: states fed to the head, and log p of the target per position."""
-    last = len(target.layers) - 1
-    out = target.forward(tokens, [None] * len(target.layers), capture=(last,))
-    h = out.features[0]
-    if hidden == "post":
-        h = target.inner.norm(h)
-    return mx.stop_gradient(h), mx.stop_gradient(nn.log_softmax(out.logits.astype(mx.float32)))
+class SequenceSampler:
+    """Random groups of whole sequences from one shard, sized to about ``positions``."""
+
+    def __init__(self, folder: str | Path) -> None:
+        self.shards = load_fields(folder, ("tokens", "lengths", "hidden", "top_ids", "top_logp"))
+
+    def sample(
+        self,
+        rng: np.random.Generator,
+        positions: int,
+        target: TargetModel,
+        kind: str,
+        extra_vocab: int = 0,
+    ) -> MTPBatch:
+        sh = self.shards[int(rng.integers(len(self.shards)))]
+        n, total = sh["tokens"].shape
+        first = sh["prompt_length"] - 1
+        per_row = max(1, total - 2 - first)
+        rows = rng.choice(n, size=min(n, max(1, positions // per_row)), replace=False)
+        idx = np.arange(total - 1)
+        # head input i = (h_i, x_{i+1}); its teacher is row i+1 (predicts token i+2)
+        valid = (idx[None] >= first) & (idx[None] + 2 < sh["lengths"][rows][:, None])
+        scored, ids = subset(sh["top_ids"][rows, 1:], target.spec.vocab_size, extra_vocab, rng)
+        h = mx.array(sh["hidden"][rows].astype(np.float32))
+        if kind == "post":
+            h = target.inner.norm(h)
+        return MTPBatch(
+            tokens=mx.array(sh["tokens"][rows].astype(np.int32)),
+            hidden=h,
+            teacher_ids=mx.array(ids),
+            teacher_p=mx.array(renormalised(sh["top_logp"][rows, 1:])),
+            weights=mx.array(valid.astype(np.float32)),
+            vocab=None if scored is None else mx.array(scored),
+        )
 
 
-def mtp_loss(head: MTPHead, target: TargetModel, tokens: mx.array, h: mx.array, logp: mx.array):
-    """KL(target at i+1 || head at i): zero when the head predicts exactly what the target
-    will (cross-entropy minus the target's own entropy, so the number has no floor)."""
-    states = head.step(target.embed(tokens[:, 1:]), h[:, :-1], None)
-    logits = target.head(head.norm(states)).astype(mx.float32)
-    teacher_logp = logp[:, 1:]
-    teacher = mx.exp(teacher_logp)
-    return (teacher * (teacher_logp - nn.log_softmax(logits))).sum(axis=-1).mean()
+def mtp_loss(head: MTPHead, target: TargetModel, batch: MTPBatch) -> tuple[mx.array, mx.array]:
+    """KL from the target's top-k distribution, and the head's logits."""
+    states = head.step(target.embed(batch.tokens[:, 1:]), batch.hidden[:, :-1], None)
+    logits = logits_over(target, head.norm(states), batch.vocab)
+    per_position = distill_kl(logits, batch.teacher_ids, batch.teacher_p)
+    loss = (per_position * batch.weights).sum() / mx.maximum(batch.weights.sum(), 1.0)
+    return loss, logits
 
 
 def train_mtp(
     target: TargetModel,
-    texts: Sequence[str],
+    data: str | Path,
     out: str | Path,
     config: MTPTrainConfig = MTPTrainConfig(),
     log: Callable[[dict], None] = print,
-) -> list[float]:
-    """Train (or resume training of) a head; writes ``out`` and ``out``.json with the losses.
-    Resumes from ``out`` if it exists, so an interrupted run loses at most one interval (the
-    optimizer's moments restart, which costs a few steps of warm-up)."""
+) -> list[dict]:
+    """Train (or resume training of) a head; writes ``out`` and ``out``.json with the history
+    (loss and top-1 agreement with the target per step). Resumes from ``out`` if it exists,
+    so an interruption loses at most one interval (the optimizer's moments restart, which
+    costs a few steps of warm-up)."""
     out = Path(out)
     mx.random.seed(config.seed)
     head = load_mtp(target, out) if out.exists() else new_head(target)
     history_file = out.with_suffix(".json")
-    history = json.loads(history_file.read_text())["losses"] if history_file.exists() else []
+    history = json.loads(history_file.read_text())["history"] if history_file.exists() else []
+    sampler = SequenceSampler(data)
     head.train()
     optimizer = optim.AdamW(learning_rate=config.lr, weight_decay=0.0)
-    loss_and_grad = nn.value_and_grad(head, mtp_loss)
-    windows = token_windows(target, texts, config.seq_len, config.seed + len(history))
+    loss_and_grad = nn.value_and_grad(head, lambda m, b: mtp_loss(m, target, b))
     t0 = time.perf_counter()
     for step in range(len(history), config.steps):
-        batch = mx.array(np.stack([next(windows) for _ in range(config.batch)]))
-        h, logp = _targets(target, batch, config.hidden)
-        loss, grads = loss_and_grad(head, target, batch, h, logp)
+        rng = np.random.default_rng([config.seed, step])
+        batch = sampler.sample(rng, config.positions, target, config.hidden, config.vocab_sample)
+        (loss, logits), grads = loss_and_grad(head, batch)
         optimizer.update(head, grads)
         mx.eval(head.parameters(), optimizer.state, loss)
-        history.append(float(loss))
+        hits = (mx.argmax(logits, -1) == batch.teacher_ids[..., 0]) * batch.weights
+        agree = float(hits.sum() / mx.maximum(batch.weights.sum(), 1.0))
+        history.append({"step": step + 1, "loss": float(loss), "top1": agree})
         if (step + 1) % config.checkpoint_every == 0 or step + 1 == config.steps:
             save_mtp(head, out)
-            history_file.write_text(json.dumps({"losses": history, "config": config.__dict__}))
-            log({"step": step + 1, "loss": float(loss), "seconds": time.perf_counter() - t0})
+            history_file.write_text(json.dumps({"history": history, "config": config.__dict__}))
+            recent = history[-config.checkpoint_every :]
+            log(
+                {
+                    "step": step + 1,
+                    "loss": round(sum(h["loss"] for h in recent) / len(recent), 4),
+                    "top1": round(sum(h["top1"] for h in recent) / len(recent), 3),
+                    "seconds": round(time.perf_counter() - t0, 1),
+                }
+            )
     head.eval()
     return history

@@ -1,0 +1,46 @@
+"""The suite's plot: decode tok/s against context depth, a line per mode, a panel per
+prompt category (the layout llama-benchy popularised). matplotlib is an optional extra
+(``flashchat[bench]``) since only the benchmark draws."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def _label(row: dict[str, Any]) -> str:
+    if row["impl"] != "flashchat":
+        return row["impl"]
+    return f"{row['mode']} w{row['width']}" if row["mode"] == "dflash2" else row["mode"]
+
+
+def plot_suite(report: dict[str, Any], out: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = report["results"]
+    categories = list(dict.fromkeys(r["category"] for r in rows))
+    fig, axes = plt.subplots(
+        1, len(categories), figsize=(5.2 * len(categories), 4.4), sharey=True, squeeze=False
+    )
+    for ax, category in zip(axes[0], categories, strict=True):
+        lines: dict[str, list[tuple[int, float]]] = {}
+        for r in rows:
+            if r["category"] == category:
+                lines.setdefault(_label(r), []).append((r["depth"], r["decode_tps"]))
+        for label, points in lines.items():
+            points.sort()
+            style = "--" if label in ("mlx-lm", "z-lab", "mlx-lm draft") else "-"
+            ax.plot([p[0] for p in points], [p[1] for p in points], style, marker="o", label=label)
+        ax.set_title(category)
+        ax.set_xlabel("context depth (tokens)")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("decode tok/s")
+    axes[0][-1].legend(fontsize=8, loc="upper right")
+    fig.suptitle(f"{report['model']} on {report['machine']} ({report['backend']})", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return Path(out)

@@ -1,0 +1,66 @@
+"""The last prompt's prefill, kept so the next generation with that prompt (or one that
+extends it) skips recomputing it: regenerating an answer, and the benchmark, which runs many
+modes on one long prompt (an 8k-token prefill takes about a minute on a small CPU).
+
+What is kept: the target's cache state after the prompt (MLX arrays are immutable, so holding
+them costs no copy, and a restored cache writes into new buffers), the last position's logits,
+and the captured layer features per prefill chunk, replayed to the drafters (cheap next to
+the target's forward). Features are captured for every drafter the session has, so a prompt
+prefilled in one mode serves the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import mlx.core as mx
+
+
+@dataclass
+class PrefilledPrompt:
+    ids: tuple[int, ...]
+    capture: tuple[int, ...]
+    cache_state: list[tuple[type, Any, Any]]
+    logits: mx.array
+    chunks: list[tuple[list[int], list[mx.array]]] = field(default_factory=list)
+
+    def serves(self, prompt: Sequence[int], capture: tuple[int, ...]) -> bool:
+        """True if ``prompt`` starts with this one and the features needed were captured."""
+        n = len(self.ids)
+        return (
+            n <= len(prompt) and tuple(prompt[:n]) == self.ids and set(capture) <= set(self.capture)
+        )
+
+    def restore_cache(self) -> list[Any]:
+        caches = []
+        for cls, state, meta in self.cache_state:
+            cache = cls.from_state(_detached(state))
+            if meta is not None:
+                cache.meta_state = meta
+            caches.append(cache)
+        return caches
+
+    def features_for(self, capture: tuple[int, ...]) -> list[tuple[list[int], list[mx.array]]]:
+        """Chunks with the features of ``capture`` only, in its order."""
+        index = [self.capture.index(lid) for lid in capture]
+        return [(ids, [feats[i] for i in index]) for ids, feats in self.chunks]
+
+
+def snapshot_cache(cache: list[Any]) -> list[tuple[type, Any, Any]]:
+    out = []
+    for c in cache:
+        meta = getattr(c, "meta_state", None)
+        out.append((type(c), _detached(c.state), meta if meta not in ("", ()) else None))
+    return out
+
+
+def _detached(state: Any) -> Any:
+    """A new container around the same arrays: recurrent caches hand out (and adopt) their
+    own list, which they then update in place."""
+    if isinstance(state, list):
+        return [_detached(x) for x in state]
+    if isinstance(state, tuple):
+        return tuple(_detached(x) for x in state)
+    return state

@@ -1,0 +1,119 @@
+"""The training commands of the CLI: ``make-dataset``, ``train-drafter``, ``train-mtp``.
+
+Each prints one JSON line per checkpoint (step, loss, seconds) and can be interrupted and
+rerun with the same arguments to resume.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from engine_mlx.errors import EngineError
+
+COMMANDS = ("make-dataset", "train-drafter", "train-mtp")
+
+
+def _log(record: dict) -> None:
+    print(json.dumps(record), flush=True)
+
+
+def add_training_commands(sub: argparse._SubParsersAction) -> None:
+    ds = sub.add_parser("make-dataset", help="record the target's continuations for training")
+    ds.add_argument("--model", type=Path, default=None, help="target folder (default: demo)")
+    ds.add_argument("--out", type=Path, required=True, help="dataset folder")
+    ds.add_argument("--corpora", type=Path, default=None, help="folder with prose/ and code/")
+    ds.add_argument("--shards", type=int, default=24)
+    ds.add_argument("--batch", type=int, default=48)
+    ds.add_argument("--new-tokens", type=int, default=128)
+    ds.add_argument("--prompt-lengths", default="64,128,256")
+    ds.add_argument("--capture", default="", help="drafter context layers (default: 4 evenly)")
+    ds.add_argument("--seed", type=int, default=0)
+
+    td = sub.add_parser("train-drafter", help="train a DFlash2 drafter on a dataset")
+    td.add_argument("--model", type=Path, default=None, help="target folder (default: demo)")
+    td.add_argument("--data", type=Path, required=True, help="folder from make-dataset")
+    td.add_argument("--out", type=Path, required=True, help="drafter folder")
+    td.add_argument("--steps", type=int, default=1000)
+    td.add_argument("--layers", type=int, default=3)
+    td.add_argument("--block", type=int, default=8)
+    td.add_argument("--conv", type=int, default=4)
+    td.add_argument("--lr", type=float, default=6e-4)
+    td.add_argument("--sequences", type=int, default=8, help="sequences per step")
+    td.add_argument("--anchors", type=int, default=16, help="blocks per sequence")
+    td.add_argument("--seed", type=int, default=0)
+
+    tm = sub.add_parser("train-mtp", help="train an MTP head on a dataset")
+    tm.add_argument("--model", type=Path, default=None, help="target folder (default: demo)")
+    tm.add_argument("--data", type=Path, required=True, help="folder from make-dataset")
+    tm.add_argument("--out", type=Path, required=True, help="the head's .safetensors file")
+    tm.add_argument("--steps", type=int, default=600)
+    tm.add_argument("--positions", type=int, default=1024, help="predictions per step")
+    tm.add_argument("--lr", type=float, default=1e-3)
+    tm.add_argument("--hidden", default="post", choices=["post", "pre"])
+    tm.add_argument("--seed", type=int, default=0)
+
+
+def run_training_command(args: argparse.Namespace, resolve_model: Callable) -> int:
+    from engine_mlx.api import load_target
+
+    target = load_target(resolve_model(args.model))
+    try:
+        if args.command == "make-dataset":
+            return _make_dataset(args, target)
+        if args.command == "train-drafter":
+            from engine_mlx.training.dflash import DrafterTrainConfig, train_drafter
+
+            config = DrafterTrainConfig(
+                steps=args.steps,
+                layers=args.layers,
+                block=args.block,
+                conv=args.conv,
+                lr=args.lr,
+                sequences=args.sequences,
+                anchors=args.anchors,
+                seed=args.seed,
+            )
+            train_drafter(target, args.data, args.out, config, log=_log)
+        else:
+            from engine_mlx.training.mtp import MTPTrainConfig, train_mtp
+
+            config = MTPTrainConfig(
+                steps=args.steps,
+                positions=args.positions,
+                lr=args.lr,
+                hidden=args.hidden,
+                seed=args.seed,
+            )
+            train_mtp(target, args.data, args.out, config, log=_log)
+    except (ValueError, FileNotFoundError) as exc:
+        raise EngineError(str(exc)) from exc
+    print(args.out)
+    return 0
+
+
+def _make_dataset(args: argparse.Namespace, target) -> int:
+    from engine_mlx.models.dflash import default_target_layer_ids
+    from engine_mlx.training.dataset import DatasetConfig, build_dataset
+    from engine_mlx.training.prompts import PromptBuilder, default_sources
+
+    n_layers = len(target.layers)
+    capture = (
+        tuple(int(x) for x in args.capture.split(","))
+        if args.capture
+        else tuple(default_target_layer_ids(n_layers, 4))
+    )
+    config = DatasetConfig(
+        shards=args.shards,
+        batch=args.batch,
+        new_tokens=args.new_tokens,
+        prompt_lengths=tuple(int(x) for x in args.prompt_lengths.split(",")),
+        capture=capture,
+        seed=args.seed,
+    )
+    builder = PromptBuilder(target.tokenizer, default_sources(args.corpora), "train")
+    build_dataset(target, builder, args.out, config, log=_log)
+    print(args.out)
+    return 0

@@ -1,0 +1,50 @@
+"""A kept prefill serves the next generation of the same (or an extended) prompt in every
+mode, with output identical to a fresh prefill."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine_mlx.decoding.dflash_drafter import DFlashDrafter
+from engine_mlx.decoding.mtp_drafter import MTPDrafter
+from engine_mlx.events import Finished
+from engine_mlx.session import GenerationConfig, Session
+from tests.support.drafters import random_dflash, random_mtp_head
+
+
+def _session(target, reuse: bool) -> Session:
+    drafter = DFlashDrafter(random_dflash(target, conv=2), target)
+    mtp = MTPDrafter(random_mtp_head(target), target, steps=2)
+    return Session(target, drafter, mtp, reuse_prompt=reuse)
+
+
+def _finish(session: Session, prompt: list[int], mode: str) -> Finished:
+    config = GenerationConfig(max_tokens=14, ignore_eos=True, mode=mode, prefill_chunk=16)
+    return [e for e in session.generate(prompt, config) if isinstance(e, Finished)][-1]
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3_5"])
+def test_kept_prefill_gives_the_fresh_output_in_every_mode(arch, tiny_target):
+    target = tiny_target(arch)
+    prompt = [(7 * i + 5) % 200 + 3 for i in range(40)]
+    kept = _session(target, reuse=True)
+    first = _finish(kept, prompt, "ar")
+    assert first.stats.reused_prompt_tokens == 0
+    for mode in ("dflash2", "mtp", "auto", "ar"):
+        again = _finish(kept, prompt, mode)
+        fresh = _finish(_session(target, reuse=False), prompt, mode)
+        assert again.stats.reused_prompt_tokens == len(prompt)
+        assert again.tokens == fresh.tokens == first.tokens
+    longer = [*prompt, 11, 12, 13, 14, 15]
+    extended = _finish(kept, longer, "dflash2")
+    assert extended.stats.reused_prompt_tokens == len(prompt)
+    assert extended.tokens == _finish(_session(target, reuse=False), longer, "dflash2").tokens
+
+
+def test_a_different_prompt_is_prefilled_afresh(tiny_target):
+    target = tiny_target("llama")
+    kept = _session(target, reuse=True)
+    _finish(kept, [5, 6, 7, 8, 9, 10], "ar")
+    other = _finish(kept, [9, 8, 7, 6, 5, 4], "ar")
+    assert other.stats.reused_prompt_tokens == 0
+    assert other.tokens == _finish(_session(target, reuse=False), [9, 8, 7, 6, 5, 4], "ar").tokens
