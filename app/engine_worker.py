@@ -17,7 +17,7 @@ from typing import Any
 from PySide6.QtCore import QObject, Signal, Slot
 
 import engine_mlx  # noqa: F401  (OpenBLAS before mlx)
-from engine_mlx.api import encode_prompt, load_drafter, load_mtp_drafter, load_target
+from engine_mlx.api import encode_prompt, load_speculators, load_target
 from engine_mlx.backend import backend_info
 from engine_mlx.decoding.sampling import SamplingParams
 from engine_mlx.errors import EngineError
@@ -76,7 +76,7 @@ class EngineWorker(QObject):
 
                 path = str(ensure_demo_model())
             target = load_target(Path(path))
-            drafter = load_drafter(Path(drafter_path), target) if drafter_path else None
+            speculators = load_speculators(target, drafter_path or None)
         except EngineError as exc:
             self.error.emit(str(exc))
             return
@@ -84,8 +84,9 @@ class EngineWorker(QObject):
             traceback.print_exc()
             self.error.emit(f"Could not load the model: {exc}")
             return
-        mtp, mtp_reason = load_mtp_drafter(target)
-        self._session = Session(target, drafter, mtp, mtp_reason)
+        drafter, mtp = speculators.drafter, speculators.mtp
+        drafter_path = str(speculators.drafter_path or "")
+        self._session = Session(target, drafter, mtp, speculators.mtp_reason)
         modes = ["ar", "lookup"] + (["dflash2"] if drafter else []) + (["mtp"] if mtp else [])
         modes.append("auto")
         self.model_loaded.emit(
@@ -97,8 +98,8 @@ class EngineWorker(QObject):
                 "modes": modes,
                 "drafter": Path(drafter_path).name if drafter_path else "",
                 "drafter_path": str(Path(drafter_path)) if drafter_path else "",
-                "mtp": "built-in head" if mtp else "",
-                "mtp_reason": mtp_reason,
+                "mtp": speculators.mtp_source,
+                "mtp_reason": speculators.mtp_reason,
             }
         )
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from engine_mlx.chat import ChatFormatter
+from engine_mlx.companions import NO_DRAFTER, Companions, shipped_companions
 from engine_mlx.decoding.dflash_drafter import DFlashDrafter
 from engine_mlx.decoding.mtp_drafter import MTPDrafter
 from engine_mlx.errors import ChatTemplateError
@@ -40,6 +42,43 @@ def load_mtp_drafter(
         return MTPDrafter(load_mtp(target, file), target, steps, hidden), ""
     except MTPUnavailable as exc:
         return None, str(exc)
+
+
+@dataclass(frozen=True)
+class Speculators:
+    """What a session drafts with, and where each part came from (for the UI and reports)."""
+
+    drafter: DFlashDrafter | None
+    mtp: MTPDrafter | None
+    mtp_reason: str  # why there is no MTP head ("" when there is one)
+    drafter_path: Path | None
+    mtp_source: str  # "built-in head", "shipped head", a file name, or ""
+
+
+def load_speculators(
+    target: TargetModel,
+    drafter: str | Path | None = None,
+    mtp_file: str | Path | None = None,
+    *,
+    mtp_steps: int = 3,
+    mtp_hidden: str = "post",
+    companions: bool = True,
+) -> Speculators:
+    """The drafter and MTP head a session gets: the ones named, else (with ``companions``)
+    the pair shipped for this target, else its built-in MTP head. ``drafter=NO_DRAFTER``:
+    none, even where one is shipped."""
+    shipped = shipped_companions(target.spec) if companions else Companions()
+    named = None if drafter == NO_DRAFTER else Path(drafter) if drafter else None
+    drafter_path = named or (shipped.drafter if drafter != NO_DRAFTER else None)
+    dflash = load_drafter(drafter_path, target) if drafter_path else None
+    head_file = mtp_file or shipped.mtp
+    mtp, reason = load_mtp_drafter(target, head_file, mtp_steps, mtp_hidden)
+    source = ""
+    if mtp is not None:
+        source = (
+            Path(mtp_file).name if mtp_file else "shipped head" if head_file else "built-in head"
+        )
+    return Speculators(dflash, mtp, reason, drafter_path, source)
 
 
 def init_drafter(

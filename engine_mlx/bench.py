@@ -136,23 +136,20 @@ def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    from engine_mlx.api import load_drafter
-    from engine_mlx.cli import config_from_args, resolve_model
+    from engine_mlx.cli import config_from_args, resolve_model, speculators_from_args
 
     path = resolve_model(args.model)
-    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    modes = [m.strip() for m in (args.modes or "ar").split(",") if m.strip()]
     unknown = [m for m in modes if m not in MODES]
     if unknown:
         raise EngineError(f"unknown mode(s) {unknown}; available: {', '.join(MODES)}")
-    widths = [int(w) for w in args.widths.split(",") if w.strip()]
+    widths = [int(w) for w in (args.widths or "1").split(",") if w.strip()]
     depths = [int(d) for d in (args.depths or "0,1024").split(",") if d.strip()]
     target = TargetModel.load(path)
-    drafter = load_drafter(args.drafter, target) if args.drafter else None
+    speculators = speculators_from_args(args, target)
+    drafter, mtp, mtp_reason = speculators.drafter, speculators.mtp, speculators.mtp_reason
     if "dflash2" in modes and drafter is None:
         raise EngineError("mode dflash2 needs --drafter DIR (init-drafter makes a random one)")
-    from engine_mlx.api import load_mtp_drafter
-
-    mtp, mtp_reason = load_mtp_drafter(target, args.mtp, args.mtp_steps, args.mtp_hidden)
     if "mtp" in modes and mtp is None:
         raise EngineError(f"mode mtp: {mtp_reason}")
     session = Session(target, drafter, mtp, mtp_reason)

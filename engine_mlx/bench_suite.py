@@ -110,22 +110,26 @@ def mlx_lm_runner(path: Path, dtype: mx.Dtype, draft: Path | None = None) -> Run
 
 
 def run_suite(args: argparse.Namespace) -> int:
-    from engine_mlx.api import load_drafter, load_mtp_drafter
-    from engine_mlx.cli import config_from_args, resolve_model
+    from engine_mlx.cli import config_from_args, resolve_model, speculators_from_args
 
     spec = SUITES[args.suite]
+    if args.widths:
+        spec = replace(spec, widths=tuple(int(w) for w in args.widths.split(",")))
     if args.depths:
         spec = replace(spec, depths=tuple(int(d) for d in args.depths.split(",")))
     path = resolve_model(args.model)
     target = TargetModel.load(path)
-    drafter = load_drafter(args.drafter, target) if args.drafter else None
-    mtp, mtp_reason = load_mtp_drafter(target, args.mtp, args.mtp_steps, args.mtp_hidden)
+    speculators = speculators_from_args(args, target)
+    drafter, mtp, mtp_reason = speculators.drafter, speculators.mtp, speculators.mtp_reason
     session = Session(target, drafter, mtp, mtp_reason, reuse_prompt=True)
     base = replace(config_from_args(args), max_tokens=spec.max_tokens)
     cells: list[tuple[str, int]] = [("ar", 1)]
     cells += [("dflash2", w) for w in spec.widths] if drafter is not None else []
     cells += [("mtp", 1)] if mtp is not None else []
     cells += [("auto", spec.auto_width)]
+    if args.modes:  # ar stays: it is every ratio's reference
+        wanted = {m.strip() for m in args.modes.split(",")} | {"ar"}
+        cells = [c for c in cells if c[0] in wanted]
     baselines: dict[str, Runner] = {}
     skipped: dict[str, str] = {}
     if not args.no_baseline:
@@ -157,7 +161,11 @@ def run_suite(args: argparse.Namespace) -> int:
             for r in rows[-(len(cells) + len(baselines)) :]:
                 r.update(category=category, depth=depth, prompt_tokens=len(prompt))
                 _print_row(r)
-    report = _report(rows, spec, path, args, info, skipped)
+    names = {
+        "drafter": str(speculators.drafter_path) if drafter is not None else None,
+        "mtp": speculators.mtp_source or mtp_reason,
+    }
+    report = _report(rows, spec, path, args, info, skipped, names)
     if args.json_out:
         args.json_out.write_text(json.dumps(report, indent=2))
     if args.plot_out:
@@ -213,13 +221,12 @@ def _print_row(r: dict[str, Any]) -> None:
     )
 
 
-def _report(rows, spec: SuiteSpec, path: Path, args, info, skipped) -> dict[str, Any]:
+def _report(rows, spec: SuiteSpec, path: Path, args, info, skipped, names) -> dict[str, Any]:
     return {
         "machine": machine_description(),
         "backend": info.describe(),
         "model": path.name,
-        "drafter": str(args.drafter) if args.drafter else None,
-        "mtp": str(args.mtp) if args.mtp else None,
+        **names,
         "suite": args.suite,
         "depths": list(spec.depths),
         "max_tokens": spec.max_tokens,

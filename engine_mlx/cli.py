@@ -42,6 +42,11 @@ def _add_speculation(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--mtp-steps", type=int, default=3, help="tokens the MTP head drafts (1-4)")
     p.add_argument(
+        "--no-companions",
+        action="store_true",
+        help="do not use the drafter and MTP head shipped for the demo model",
+    )
+    p.add_argument(
         "--mtp-hidden",
         default="post",
         choices=["post", "pre"],
@@ -98,8 +103,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="measure prefill / decode speed against mlx-lm")
     bench.add_argument("--model", type=Path, default=None)
-    bench.add_argument("--modes", default="ar", help=f"comma list of {', '.join(MODES)}")
-    bench.add_argument("--widths", default="1", help="widths for the speculative modes")
+    bench.add_argument(
+        "--modes", default=None, help=f"comma list of {', '.join(MODES)} (default ar; suite: all)"
+    )
+    bench.add_argument(
+        "--widths",
+        default=None,
+        help="widths for the speculative modes (default 1; suite: its own)",
+    )
     _add_speculation(bench)
     bench.add_argument("--depths", default=None, help="comma list (default 0,1024; suite: its own)")
     bench.add_argument("--max-tokens", type=int, default=128)
@@ -197,6 +208,20 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def speculators_from_args(args: argparse.Namespace, target):
+    """The drafter and MTP head the speculation flags (``_add_speculation``) ask for."""
+    from engine_mlx.api import load_speculators
+
+    return load_speculators(
+        target,
+        args.drafter,
+        args.mtp,
+        mtp_steps=args.mtp_steps,
+        mtp_hidden=args.mtp_hidden,
+        companions=not args.no_companions,
+    )
+
+
 def resolve_model(model: Path | None) -> Path:
     if model is not None:
         return model
@@ -223,14 +248,14 @@ def read_prompt(args: argparse.Namespace) -> str | list[dict[str, str]]:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from engine_mlx.api import encode_prompt, load_drafter, load_mtp_drafter, load_target
+    from engine_mlx.api import encode_prompt, load_target
     from engine_mlx.decoding.sampling import SamplingParams
     from engine_mlx.events import Error, Finished, ModeSwitch, Tokens, event_to_json
     from engine_mlx.session import Session
 
     target = load_target(resolve_model(args.model))
-    drafter = load_drafter(args.drafter, target) if args.drafter else None
-    mtp, mtp_reason = load_mtp_drafter(target, args.mtp, args.mtp_steps, args.mtp_hidden)
+    spec = speculators_from_args(args, target)
+    drafter, mtp, mtp_reason = spec.drafter, spec.mtp, spec.mtp_reason
     if args.mode == "mtp" and mtp is None:
         raise EngineError(f"MTP is unavailable: {mtp_reason}")
     ids = encode_prompt(target, read_prompt(args), chat=args.chat, system=args.system)

@@ -132,13 +132,15 @@ class DFlashDrafter:
         return self.target.head(hidden[0, 1:])
 
     def propose(self, root: int, depth: int, top_k: int) -> BlockCandidates:
-        logits = self.block_logits(root, depth).astype(mx.float32)
-        probs = mx.softmax(logits, axis=-1)
-        k = max(1, min(top_k, probs.shape[-1]))
-        top = mx.argpartition(-probs, kth=k - 1, axis=-1)[:, :k]
-        top_probs = mx.take_along_axis(probs, top, axis=-1)
-        order = mx.argsort(-top_probs, axis=-1)
-        tokens = mx.take_along_axis(top, order, axis=-1)
-        top_probs = mx.take_along_axis(top_probs, order, axis=-1)
-        mx.eval(tokens, top_probs)
-        return BlockCandidates(np.array(tokens), np.array(top_probs))
+        """Top-k tokens and probabilities per position. The selection runs in numpy: MLX's
+        CPU softmax evaluates ``exp`` element by element (~17 ns each, 344k of them for 7
+        positions of a 49k vocabulary), numpy's is vectorised (~1 ns)."""
+        logits = np.array(self.block_logits(root, depth).astype(mx.float32))
+        k = max(1, min(top_k, logits.shape[-1]))
+        top = np.argpartition(-logits, kth=k - 1, axis=-1)[:, :k]
+        peak = logits.max(axis=-1, keepdims=True)
+        log_norm = peak + np.log(np.exp(logits - peak).sum(axis=-1, keepdims=True))
+        probs = np.exp(np.take_along_axis(logits, top, axis=-1) - log_norm)
+        order = np.argsort(-probs, axis=-1, kind="stable")
+        tokens = np.take_along_axis(top, order, axis=-1)
+        return BlockCandidates(tokens, np.take_along_axis(probs, order, axis=-1))

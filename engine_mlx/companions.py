@@ -1,0 +1,44 @@
+"""The speculative pair shipped for the demo model: a DFlash2 drafter and an MTP head trained
+for SmolLM2-135M-Instruct (``resources/companions/<model>/``, see its MODEL_CARD.md).
+
+``NO_DRAFTER`` asks for no drafter even where one is shipped (the app's "No drafter").
+
+Used by default wherever a target has no drafter or MTP head of its own: the app and the CLI
+run speculative decoding offline out of the box. Matched on the folder name and on the shapes
+the pair was trained against, so a different model that happens to share the name is not
+given a drafter that does not fit it (loading would refuse it anyway, with the reason).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine_mlx.models.loading import ModelSpec
+
+COMPANIONS_DIR = Path(__file__).resolve().parent.parent / "resources" / "companions"
+DRAFTER_SUFFIX = "-DFlash2"  # the drafter's folder: <model>-DFlash2 (as z-lab names theirs)
+MTP_FILE = "mtp.safetensors"
+NO_DRAFTER = "none"
+# name -> (hidden size, vocabulary, layers) the shipped pair was trained for
+TRAINED_FOR = {"SmolLM2-135M-Instruct": (576, 49152, 30)}
+
+
+@dataclass(frozen=True)
+class Companions:
+    drafter: Path | None = None
+    mtp: Path | None = None
+
+
+def shipped_companions(spec: ModelSpec) -> Companions:
+    """The shipped drafter and MTP head for this target, where they exist and fit."""
+    shape = TRAINED_FOR.get(spec.name)
+    if shape != (spec.hidden_size, spec.vocab_size, spec.num_layers):
+        return Companions()
+    folder = COMPANIONS_DIR / spec.name
+    drafter = folder / f"{spec.name}{DRAFTER_SUFFIX}"
+    mtp = folder / MTP_FILE
+    return Companions(
+        drafter=drafter if (drafter / "config.json").is_file() else None,
+        mtp=mtp if mtp.is_file() else None,
+    )

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Trains the demo pair shipped in resources/companions/SmolLM2-135M-Instruct/ from scratch:
+# the target's own continuations -> a DFlash2 drafter and an MTP head. Every step resumes
+# where it stopped when rerun. Usage: bash scripts/train_demo_pair.sh WORKDIR CORPORA_DIR
+# (CORPORA_DIR: prose/*.txt and code/*.txt, e.g. from the offline corpora fetch script).
+set -euo pipefail
+WORK=${1:?work folder}; CORPORA=${2:?corpora folder}
+PY=${PY:-.venv/bin/python}
+MODEL=$($PY -m engine_mlx demo)
+OUT=resources/companions/SmolLM2-135M-Instruct
+mkdir -p "$WORK" "$OUT"
+$PY -m engine_mlx make-dataset --model "$MODEL" --out "$WORK/data" --corpora "$CORPORA" \
+  --shards "${SHARDS:-18}" --batch 48 --new-tokens 128 --prompt-lengths 64,128,256
+$PY -m engine_mlx train-drafter --model "$MODEL" --data "$WORK/data" --out "$WORK/drafter" \
+  --steps "${DRAFTER_STEPS:-900}" --layers 3 --block 8 --conv 4
+for hidden in post pre; do
+  $PY -m engine_mlx train-mtp --model "$MODEL" --data "$WORK/data" \
+    --out "$WORK/mtp-$hidden.safetensors" --steps "${MTP_STEPS:-300}" --hidden "$hidden"
+done
