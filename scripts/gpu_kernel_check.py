@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""The kernel check for a machine with an NVIDIA GPU (nothing here has run it yet).
+
+1. Makes a virtual environment (default /tmp/fc-cuda-venv) that also sees the packages of
+   the Python running this script (a GPU image's numpy, pytest, nvidia-* libraries) and
+   installs MLX's CUDA build: ``mlx[cuda13]==0.32.4`` and ``mlx-lm==0.32.2`` from the package
+   index, or, on a machine without network, from wheels in ``--wheels DIR`` (``mlx`` for the
+   machine's Python, ``mlx-cuda-13`` or ``-12`` — about 86 MB — and ``mlx-lm``; installed with
+   --no-deps, so the CUDA libraries it needs must be there already).
+2. Checks that MLX's CUDA backend is live, then runs tests/kernels with
+   ``FLASHCHAT_REQUIRE_BACKEND=cuda``: every kernel test runs on the emulator and on CUDA, and a
+   CUDA case that cannot run fails instead of skipping.
+3. Times tree-verify attention (the kernel) against MLX's ``scaled_dot_product_attention``
+   with the tree's boolean mask, Qwen3-8B's shapes (32 query heads, 8 KV heads, head dim 128,
+   bf16), a chain of 16 nodes and a width-4 tree of 61, at cache lengths 1k..32k, and prints
+   a table (median of ``--repeats`` timed calls after warm-up; max |difference|).
+
+Run from the repository root: ``python3 scripts/gpu_kernel_check.py [--wheels DIR]``.
+Exit status: 0 when the tests pass and the backend is live.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import site
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MLX_VERSION = "0.32.4"
+MLX_LM_VERSION = "0.32.2"
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--venv", default="/tmp/fc-cuda-venv", help="virtual environment to use")
+    p.add_argument("--wheels", help="install offline from the wheels in this folder")
+    p.add_argument("--cuda", choices=("12", "13"), default="13", help="MLX CUDA build")
+    p.add_argument("--skip-install", action="store_true")
+    p.add_argument("--skip-tests", action="store_true")
+    p.add_argument("--lengths", default="1024,2048,4096,8192,16384,32768")
+    p.add_argument("--repeats", type=int, default=20)
+    p.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
+    return p.parse_args()
+
+
+def run(cmd: list[str], **kwargs) -> None:
+    print("+", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True, **kwargs)
+
+
+def install(args: argparse.Namespace) -> Path:
+    venv = Path(args.venv)
+    python = venv / "bin" / "python"
+    if not python.exists():
+        run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)])
+        # The launching interpreter may itself be a venv (a GPU image's PyTorch one): make its
+        # packages visible too, after the new venv's own.
+        code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+        own = subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True)
+        parents = {p for p in site.getsitepackages() if Path(p).is_dir()}
+        (Path(own.stdout.strip()) / "_flashchat_parent.pth").write_text("\n".join(sorted(parents)))
+    if args.skip_install:
+        return python
+    pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    if args.wheels:
+        wanted = [
+            f"mlx=={MLX_VERSION}",
+            f"mlx-cuda-{args.cuda}=={MLX_VERSION}",
+            f"mlx-lm=={MLX_LM_VERSION}",
+        ]
+        run([*pip, "--no-index", "--no-deps", "--find-links", args.wheels, *wanted])
+    else:
+        run([*pip, f"mlx[cuda{args.cuda}]=={MLX_VERSION}", f"mlx-lm=={MLX_LM_VERSION}"])
+        run([*pip, "pytest", "hypothesis"])
+    return python
+
+
+def inside(args: argparse.Namespace) -> int:
+    """Runs in the venv: backend check, tests, timing table."""
+    sys.path.insert(0, str(ROOT))
+    import mlx.core as mx
+
+    from engine_mlx.backend import live_device  # (its OpenBLAS preload matters on CPUs only)
+
+    print(f"MLX {mx.__version__}, default device {mx.default_device()}, live: {live_device()}")
+    if live_device() != "cuda":
+        print("MLX's CUDA backend is not live: stopping.")
+        return 2
+    status = 0
+    if not args.skip_tests:
+        env = {**os.environ, "FLASHCHAT_REQUIRE_BACKEND": "cuda", "PYTHONUNBUFFERED": "1"}
+        cmd = [sys.executable, "-m", "pytest", "-q", "-ra", "-p", "no:cacheprovider"]
+        status = subprocess.run([*cmd, "tests/kernels"], cwd=ROOT, env=env).returncode
+        print(f"kernel tests: {'passed' if status == 0 else 'FAILED'}", flush=True)
+    bench([int(n) for n in args.lengths.split(",")], args.repeats)
+    return status
+
+
+def bench(lengths: list[int], repeats: int) -> None:
+    import mlx.core as mx
+    import numpy as np
+
+    from engine_mlx.decoding.tree import CandidateTree
+    from engine_mlx.kernels import GpuExecutor, tree_attention
+
+    executor = GpuExecutor("cuda")
+    heads, kv_heads, dim, dtype = 32, 8, 128, mx.bfloat16
+    scale = dim**-0.5
+
+    def timed(fn) -> float:
+        for _ in range(3):
+            mx.eval(fn())
+        mx.synchronize()
+        samples = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            mx.eval(fn())
+            mx.synchronize()
+            samples.append(time.perf_counter() - t0)
+        return 1e3 * float(np.median(samples))
+
+    trees = {}
+    chain = CandidateTree.rooted(1)
+    chain.add_path(list(range(2, 17)))
+    trees["chain 16"] = chain
+    wide = CandidateTree.rooted(1)
+    for branch in range(4):
+        wide.add_path([1000 * (branch + 1) + i for i in range(15)])
+    trees["tree 61 (w4)"] = wide
+
+    rng = np.random.default_rng(0)
+    print()
+    print(f"tree-verify attention, H={heads} KV={kv_heads} D={dim} bf16, ms (median of {repeats})")
+    header = f"{'cache':>7} | {'queries':>12} | {'sdpa+mask':>9} | {'kernel':>8} | {'speed-up':>8}"
+    print(header + " | max |diff|")
+    print("-" * (len(header) + 13))
+    for n_cache in lengths:
+        for label, tree in trees.items():
+            nodes = len(tree)
+            n = n_cache + nodes
+            q = mx.array(rng.standard_normal((1, heads, nodes, dim), dtype=np.float32)).astype(
+                dtype
+            )
+            cap = n + 256  # a cache buffer with spare room, read through a view as the engine does
+            k = mx.array(rng.standard_normal((1, kv_heads, cap, dim), dtype=np.float32))
+            v = mx.array(rng.standard_normal((1, kv_heads, cap, dim), dtype=np.float32))
+            k, v = k.astype(dtype)[..., :n, :], v.astype(dtype)[..., :n, :]
+            full = mx.array(
+                np.concatenate([np.ones((nodes, n_cache), bool), tree.ancestor_mask()], axis=1)
+            )
+            tree_mask = mx.array(tree.ancestor_mask())
+            mx.eval(q, k, v, full, tree_mask)
+
+            def sdpa(q=q, k=k, v=v, full=full):
+                return mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=full)
+
+            def ours(q=q, k=k, v=v, tree_mask=tree_mask):
+                return tree_attention.kernel(q, k, v, tree_mask, scale, executor)
+
+            diff = mx.abs(ours().astype(mx.float32) - sdpa().astype(mx.float32)).max().item()
+            t_ref, t_ours = timed(sdpa), timed(ours)
+            print(
+                f"{n_cache:>7} | {label:>12} | {t_ref:>9.3f} | {t_ours:>8.3f} | "
+                f"{t_ref / t_ours:>7.2f}x | {diff:.2e}",
+                flush=True,
+            )
+
+
+def main() -> int:
+    args = parse_args()
+    if args.inside:
+        return inside(args)
+    os.chdir(ROOT)
+    python = install(args)
+    forwarded = [a for a in sys.argv[1:] if a != "--inside"]
+    return subprocess.run(
+        [str(python), str(Path(__file__).resolve()), "--inside", *forwarded]
+    ).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
