@@ -4,6 +4,12 @@
 
 Opens FlashChat on the demo model (and a drafter, if ``--drafter`` is given), grabs the screen
 empty, then mid-reply with the speed panel live.
+
+``--library`` instead shows the model library with a download in progress (library.png): a
+local hub server (the tests' one) serves the demo model under its Hugging Face name at a
+limited speed, a huggingface.co link to it is dropped onto the window, and the screen is
+grabbed once the download is well under way. The library also holds a drafter that fits the
+demo model and one that does not, so the pairing column shows both.
 """
 
 from __future__ import annotations
@@ -86,6 +92,43 @@ class Driver(QObject):
         self.win.close()
         self.app.quit()
 
+    @Slot(str, dict)
+    def on_library_progress(self, _job: str, progress: dict) -> None:
+        fraction = progress["done"] / max(progress["total"], 1)
+        moving = progress["phase"] == "downloading" and progress["speed_bps"] > 0
+        if moving and fraction >= 0.4 and not self.segments:  # grab once
+            self.segments = 1
+            QTimer.singleShot(300, self.finish_library)
+
+    @Slot(dict)
+    def on_loaded_library(self, _info: dict) -> None:
+        QTimer.singleShot(500, self.start_library)
+
+    @Slot()
+    def start_library(self) -> None:
+        from PySide6.QtCore import QMimeData, QPointF, Qt
+        from PySide6.QtGui import QDragEnterEvent, QDropEvent
+        from PySide6.QtWidgets import QApplication
+
+        self.win.open_library()
+        self.win.library_view.setGeometry(170, 110, 960, 500)
+        mime = QMimeData()
+        mime.setText(f"https://huggingface.co/{self.args.library_repo}")
+        pos = self.win.rect().center()
+        copy, left = Qt.DropAction.CopyAction, Qt.MouseButton.LeftButton
+        none = Qt.KeyboardModifier.NoModifier
+        QApplication.sendEvent(self.win, QDragEnterEvent(pos, copy, mime, left, none))
+        QApplication.sendEvent(self.win, QDropEvent(QPointF(pos), copy, mime, left, none))
+
+    @Slot()
+    def finish_library(self) -> None:
+        path = self.args.out / "library.png"  # the library window alone, not the whole screen
+        self.win.library_view.grab().save(str(path))
+        print("saved", path)
+        self.win.library_worker.cancel_all()
+        self.win.close()
+        self.app.quit()
+
     @Slot(str)
     def on_error(self, message: str) -> None:
         print("error:", message)
@@ -108,8 +151,12 @@ def main() -> int:
     parser.add_argument(
         "--prompt", default="Explain what speculative decoding is, with a short Python example."
     )
+    parser.add_argument("--library", action="store_true", help="library.png: a download")
+    parser.add_argument("--library-repo", default="HuggingFaceTB/SmolLM2-135M-Instruct")
+    parser.add_argument("--library-speed", type=float, default=6e6, help="bytes/s served")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    hub = prepare_library(args) if args.library else None
 
     from PySide6.QtWidgets import QApplication
 
@@ -126,7 +173,43 @@ def main() -> int:
     win.worker.finished.connect(driver.on_finished)
     win.worker.error.connect(driver.on_error)
     win.worker.mode_switched.connect(driver.on_switch)
-    return app.exec()
+    if args.library:
+        win.worker.model_loaded.disconnect(driver.on_loaded)
+        win.worker.model_loaded.connect(driver.on_loaded_library)
+        win.library_worker.progress.connect(driver.on_library_progress)
+    code = app.exec()
+    if hub is not None:
+        hub.stop()
+    return code
+
+
+def prepare_library(args: argparse.Namespace):
+    """A temporary library (the demo model, a drafter that fits it, one that does not) and a
+    local hub serving the demo model as ``--library-repo``, throttled."""
+    import os
+
+    home = Path(tempfile.mkdtemp(prefix="flashchat-screens-"))
+    os.environ["HOME"] = str(home)  # the library shows as ~/.local/share/flashchat/models
+    for name in ("FLASHCHAT_HOME", "XDG_DATA_HOME"):
+        os.environ.pop(name, None)
+    from engine_mlx.api import init_drafter
+    from engine_mlx.demo import ensure_demo_model
+    from engine_mlx.paths import models_dir
+    from tests.support.hub_server import HubRepo, HubServer
+    from tests.support.tiny_models import build_tiny_model
+
+    demo = ensure_demo_model()
+    init_drafter(demo, models_dir() / "SmolLM2-135M-DFlash2", layers=2, block=8)
+    tiny = build_tiny_model("qwen3", home / "tiny-qwen3")
+    init_drafter(tiny, models_dir() / "Qwen3-tiny-DFlash2", layers=2, block=8)
+    readme = b"---\nlicense: apache-2.0\n---\n# SmolLM2-135M-Instruct\n"
+    hub = HubServer().start()
+    files = {p.name: p.read_bytes() for p in demo.iterdir() if p.name != "flashchat_import.json"}
+    hub.add(HubRepo(args.library_repo, {**files, "README.md": readme}))
+    hub.throttle_bps = args.library_speed
+    os.environ["HF_ENDPOINT"] = hub.endpoint
+    args.model = str(demo)
+    return hub
 
 
 if __name__ == "__main__":

@@ -79,6 +79,7 @@ class DownloadRow(QFrame):
     cancel_requested = Signal(str)
     resume_requested = Signal(str)
     discard_requested = Signal(str)
+    dismiss_requested = Signal(str)
 
     def __init__(self, job: str, title: str, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -98,14 +99,19 @@ class DownloadRow(QFrame):
         self.cancel_button = QPushButton("Cancel", self)
         self.resume_button = QPushButton("Resume", self)
         self.discard_button = QPushButton("Discard", self)
-        for button in (self.resume_button, self.discard_button):
+        self.discard_button.setToolTip("Delete what was downloaded")
+        self.dismiss_button = QPushButton("Dismiss", self)
+        self.dismiss_button.setToolTip("Remove this line (the model stays installed)")
+        for button in (self.resume_button, self.discard_button, self.dismiss_button):
             button.hide()
         self.cancel_button.clicked.connect(lambda: self.cancel_requested.emit(self.job))
         self.resume_button.clicked.connect(lambda: self.resume_requested.emit(self.job))
         self.discard_button.clicked.connect(lambda: self.discard_requested.emit(self.job))
+        self.dismiss_button.clicked.connect(lambda: self.dismiss_requested.emit(self.job))
         top = QHBoxLayout()
         top.addWidget(self.title, 1)
-        for button in (self.cancel_button, self.resume_button, self.discard_button):
+        buttons = (self.cancel_button, self.resume_button, self.discard_button, self.dismiss_button)
+        for button in buttons:
             top.addWidget(button)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(8, 6, 8, 6)
@@ -148,6 +154,7 @@ class DownloadRow(QFrame):
         self.cancel_button.hide()
         self.resume_button.hide()
         self.discard_button.hide()
+        self.dismiss_button.show()
 
     def set_stopped(self, message: str, resumable: bool, failed: bool) -> None:
         if self.bar.maximum() == 0:
@@ -160,6 +167,7 @@ class DownloadRow(QFrame):
         self.cancel_button.hide()
         self.resume_button.setVisible(resumable)
         self.discard_button.setVisible(resumable)
+        self.dismiss_button.setVisible(not resumable)
 
     def set_resuming(self) -> None:
         self.status.setStyleSheet("")
@@ -273,14 +281,7 @@ class LibraryView(QDialog):
         pairs = pairings(self.models)
         self.table.setRowCount(len(self.models))
         for row, m in enumerate(self.models):
-            fits = [p for p in pairs if self._involves(p, m) and p.fits]
-            misfits = [p for p in pairs if self._involves(p, m) and not p.fits]
-            pairs_text = ", ".join(self._other(p, m) for p in fits) or "–"
-            if misfits:
-                pairs_text += "   (does not fit: " + "; ".join(
-                    f"{self._other(p, m)}: {p.reason}" for p in misfits
-                )
-                pairs_text += ")"
+            pairs_text = self._pairs_text(m, pairs)
             if m.problem:
                 pairs_text = f"Will not load: {m.problem}"
             cells = (
@@ -298,18 +299,35 @@ class LibraryView(QDialog):
                 if m.problem:
                     item.setForeground(Qt.GlobalColor.red)
                 self.table.setItem(row, col, item)
+        self.table.resizeRowsToContents()
         self._show_suggestions()
         self._show_pending()
-        self.where.setText(f"{root} · {human_bytes(self._free_space(root))} free")
+        shown = str(root)
+        home = str(Path.home())
+        if shown.startswith(home + "/"):
+            shown = "~" + shown[len(home) :]
+        self.where.setText(f"{shown} · {human_bytes(self._free_space(root))} free")
         self._on_selection()
 
     @staticmethod
-    def _involves(pairing, model: InstalledModel) -> bool:
-        return model.name in (pairing.target, pairing.companion)
-
-    @staticmethod
-    def _other(pairing, model: InstalledModel) -> str:
-        return pairing.companion if pairing.target == model.name else pairing.target
+    def _pairs_text(model: InstalledModel, pairs: list) -> str:
+        """A target: the drafters and MTP heads that fit it; a drafter or head: the targets
+        it fits. Then what does not fit, and why."""
+        fits, misfits = [], []
+        for p in pairs:
+            if model.name == p.target:
+                label = "MTP " + p.companion if p.kind == "mtp" else f"drafter {p.companion}"
+                if p.companion == "built-in MTP head":
+                    label = "MTP built-in"
+            elif model.name == p.companion:
+                label = p.target
+            else:
+                continue
+            (fits if p.fits else misfits).append(label if p.fits else f"{label}: {p.reason}")
+        text = ", ".join(fits) or "–"
+        if misfits:
+            text += "  ·  does not fit " + "; ".join(misfits)
+        return text
 
     @staticmethod
     def _free_space(root: Path) -> int:
@@ -389,6 +407,7 @@ class LibraryView(QDialog):
         row.cancel_requested.connect(self.cancel)
         row.resume_requested.connect(self.resume)
         row.discard_requested.connect(self.discard)
+        row.dismiss_requested.connect(self.dismiss)
         self.downloads_layout.addWidget(row)
         self.downloads_box.show()
         self.jobs[job] = (row, source)
@@ -453,6 +472,13 @@ class LibraryView(QDialog):
         row.deleteLater()
         self.downloads_box.setVisible(len(self.jobs) > 0)
         self.refresh()
+
+    @Slot(str)
+    def dismiss(self, job: str) -> None:
+        row, _ = self.jobs.pop(job)
+        self.plans.pop(job, None)
+        row.deleteLater()
+        self.downloads_box.setVisible(len(self.jobs) > 0)
 
     # ------------------------------------------------------------------ worker events
     @Slot(str, dict)

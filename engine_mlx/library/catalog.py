@@ -114,7 +114,8 @@ def mtp_tensors(files: list[Path]) -> dict[str, list[int]]:
     return out
 
 
-def _quantization(config: dict[str, Any]) -> str:
+def _quantization(config: dict[str, Any], weights: list[Path] = ()) -> str:
+    """ "4-bit, group 64", "fp8"... or the float type (from the config, else the weights)."""
     from engine_mlx.models.loading import text_config
 
     q = config.get("quantization") or config.get("quantization_config")
@@ -124,6 +125,8 @@ def _quantization(config: dict[str, Any]) -> str:
         if q.get("quant_method"):
             return str(q["quant_method"])
     dtype = str(text_config(config).get("torch_dtype") or config.get("dtype") or "")
+    if not dtype and weights:
+        return _dtype_of(weights[0])
     return {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(dtype, dtype or "–")
 
 
@@ -188,7 +191,7 @@ def describe(folder: Path) -> InstalledModel | None:
             **common,
             kind="drafter",
             architecture=f"DFlash{'2' if cfg.local_conv_kernel else ''}, block {cfg.block_size}",
-            quantization=_quantization(config),
+            quantization=_quantization(config, sorted(folder.glob("*.safetensors"))),
             max_context=cfg.max_position_embeddings,
             hidden_size=cfg.hidden_size,
             vocab_size=cfg.vocab_size,
@@ -236,7 +239,8 @@ def _dtype_of(file: Path) -> str:
         header = read_safetensors_header(file)
     except ModelLoadError:
         return "–"
-    dtypes = {str(v.get("dtype", "")).lower() for v in header.values()}
+    names = {"F32": "fp32", "F16": "fp16", "BF16": "bf16"}
+    dtypes = {names.get(str(v.get("dtype")), str(v.get("dtype")).lower()) for v in header.values()}
     return "/".join(sorted(dtypes)) or "–"
 
 

@@ -26,8 +26,10 @@ def progress_line(p: Progress) -> str:
     """``Qwen3-4B  41% 3.3 GB / 8.0 GB  12.5 MB/s  6 min 15 s left  model-00001… (1/3)``."""
     if p.phase == "importing":
         return f"{p.name}  importing tensors {p.done}/{p.total}"
-    if p.phase in ("verifying", "installing", "installed"):
-        return f"{p.name}  {p.phase} {p.file}".rstrip()
+    if p.phase == "verifying":
+        return f"{p.name}  verifying {p.file}"
+    if p.phase in ("installing", "installed"):
+        return f"{p.name}  {p.phase} ({human_bytes(p.total)} in {p.files_total} files)"
     pct = f"{p.fraction:4.0%}"
     speed = f"{human_bytes(p.speed_bps)}/s" if p.speed_bps else "–"
     return (

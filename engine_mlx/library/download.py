@@ -237,8 +237,8 @@ class _Download:
     def _cancel_message(self) -> str:
         kept = human_bytes(self.reporter.done)
         return (
-            f"Download of {self.plan.repo_id} cancelled; {kept} kept. Download it again to "
-            "resume where it stopped."
+            f"Download of {self.plan.repo_id} cancelled; {kept} kept, so downloading it again "
+            "resumes where it stopped."
         )
 
     def _discard_other_commits(self) -> None:

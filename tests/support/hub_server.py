@@ -56,6 +56,7 @@ class HubRepo:
     files: dict[str, bytes]
     commit: str = ""
     branches: dict[str, str] = field(default_factory=dict)
+    _entries: dict[str, tuple[bytes, dict]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if not self.commit:
@@ -75,7 +76,11 @@ class HubRepo:
         return name.endswith(LFS_SUFFIXES)
 
     def entry(self, name: str) -> dict:
+        """The tree entry of a file (hashed once per content: models can be large)."""
         data = self.files[name]
+        cached = self._entries.get(name)
+        if cached is not None and cached[0] is data:
+            return cached[1]
         out = {"type": "file", "oid": git_blob_sha1(data), "size": len(data), "path": name}
         if self.is_lfs(name):
             out["lfs"] = {
@@ -83,6 +88,7 @@ class HubRepo:
                 "size": len(data),
                 "pointerSize": 134,
             }
+        self._entries[name] = (data, out)
         return out
 
 

@@ -56,10 +56,14 @@ def test_lists_models_with_pairing_reasons(qtbot, view, library, tiny_model_dir,
     names = [view.table.item(r, 0).text() for r in range(view.table.rowCount())]
     assert names == ["big-vocab-dflash", "tiny-dflash", "tiny-qwen3"]
     assert view.table.item(2, 1).text() == "model" and view.table.item(2, 5).text() == "512"
-    qwen = view.pairing_text("tiny-qwen3")
-    assert qwen.startswith("tiny-dflash")
-    assert "big-vocab-dflash: drafter vocabulary 1000, target 320" in qwen
+    assert view.pairing_text("tiny-qwen3") == (
+        "drafter tiny-dflash  ·  does not fit drafter big-vocab-dflash: drafter vocabulary "
+        "1000, target 320"
+    )
     assert view.pairing_text("tiny-dflash") == "tiny-qwen3"
+    assert view.pairing_text("big-vocab-dflash") == (
+        "–  ·  does not fit tiny-qwen3: drafter vocabulary 1000, target 320"
+    )
     # "Load in chat" picks the drafter that fits.
     view.select("tiny-qwen3")
     with qtbot.waitSignal(view.load_requested) as loaded:
@@ -130,6 +134,9 @@ def test_cancel_then_resume_a_download(qtbot, view, hub, publish):
     kept = int(rng.removeprefix("bytes=").removesuffix("-"))
     assert 0 < kept < size
     assert hub.served("model.safetensors", since=mark) == size - kept
+    assert [m.name for m in view.models] == ["tiny"]
+    row.dismiss_button.click()  # the finished line goes, the model stays
+    assert view.jobs == {} and not view.downloads_box.isVisible()
     assert [m.name for m in view.models] == ["tiny"]
 
 
