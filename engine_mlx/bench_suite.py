@@ -147,6 +147,13 @@ def run_suite(args: argparse.Namespace) -> int:
                 )
             else:
                 skipped["z-lab"] = "package dflash not importable in this environment"
+            from engine_mlx.bench_external import external_baselines, merge_baselines
+
+            dtype = target.dtype
+            found, not_run = external_baselines(
+                path, drafter.model, drafter.mask_id, drafter.block_size, args.bench_envs, dtype
+            )
+            merge_baselines(baselines, skipped, found, not_run)
     prompts = BenchPrompts(target, Path(tempfile.mkdtemp(prefix="flashchat-bench-")))
     categories = args.categories.split(",") if args.categories else prompts.categories
     info = backend_info(target.dtype)

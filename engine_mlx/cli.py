@@ -123,6 +123,13 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--categories", default=None, help="suite: comma list of math,code,prose")
     bench.add_argument("--plot-out", type=Path, default=None, help="suite: a PNG of tok/s by depth")
     bench.add_argument("--draft-lm", type=Path, default=None, help="suite: mlx-lm draft model")
+    bench.add_argument(
+        "--bench-envs",
+        type=Path,
+        default=None,
+        help="suite: venvs of the external DFlash baselines (default .bench-envs/; "
+        "scripts/setup_bench_envs.sh)",
+    )
 
     imp = sub.add_parser("import-gguf", help="import a .gguf into a model folder")
     imp.add_argument("gguf", type=Path)
