@@ -9,8 +9,9 @@ from typing import Any
 
 
 def _label(row: dict[str, Any]) -> str:
+    """Our modes by name (dflash2 with its width); baselines by implementation."""
     if row["impl"] != "flashchat":
-        return row["impl"]
+        return f"{row['impl']} (baseline)"
     return f"{row['mode']} w{row['width']}" if row["mode"] == "dflash2" else row["mode"]
 
 
@@ -32,7 +33,7 @@ def plot_suite(report: dict[str, Any], out: Path) -> Path:
                 lines.setdefault(_label(r), []).append((r["depth"], r["decode_tps"]))
         for label, points in lines.items():
             points.sort()
-            style = "--" if label in ("mlx-lm", "z-lab", "mlx-lm draft") else "-"
+            style = "--" if label.endswith("(baseline)") else "-"
             ax.plot([p[0] for p in points], [p[1] for p in points], style, marker="o", label=label)
         ax.set_title(category)
         ax.set_xlabel("context depth (tokens)")

@@ -193,7 +193,7 @@ def _measure(session, base: GenerationConfig, cells, baselines, prompt, spec) ->
             cfg = replace(base, mode=mode, width=width)
             runs.setdefault(("flashchat", mode, width), []).append(run_ours(session, prompt, cfg))
         for name, runner in baselines.items():
-            mode = "draft" if name.endswith("draft") else "dflash" if name == "z-lab" else "ar"
+            mode = "draft" if name.endswith("draft") else "ar" if name == "mlx-lm" else "dflash"
             runs.setdefault((name, mode, 1), []).append(runner(prompt, spec.max_tokens))
     reference = runs[("flashchat", "ar", 1)][0]["output"]
     rows = []

@@ -10,7 +10,7 @@ MODEL=$($PY -m engine_mlx demo)
 OUT=resources/companions/SmolLM2-135M-Instruct
 mkdir -p "$WORK" "$OUT"
 $PY -m engine_mlx make-dataset --model "$MODEL" --out "$WORK/data" --corpora "$CORPORA" \
-  --shards "${SHARDS:-18}" --batch 48 --new-tokens 128 --prompt-lengths 64,128,256
+  --shards "${SHARDS:-16}" --batch 48 --new-tokens 128 --prompt-lengths 64,128,256
 $PY -m engine_mlx train-drafter --model "$MODEL" --data "$WORK/data" --out "$WORK/drafter" \
   --steps "${DRAFTER_STEPS:-900}" --layers 3 --block 8 --conv 4
 for hidden in post pre; do

@@ -14,6 +14,7 @@ from pathlib import Path
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QPushButton, QWidget
 
+from engine_mlx.companions import NO_DRAFTER
 from engine_mlx.paths import models_dir
 
 
@@ -83,10 +84,10 @@ class ModelBar(QWidget):
         for path in paths:
             self.target_box.addItem(Path(path).name, path)
         dpaths = [str(p) for p in drafters]
-        if extra_drafter and extra_drafter not in dpaths:
+        if extra_drafter and extra_drafter != NO_DRAFTER and extra_drafter not in dpaths:
             dpaths.insert(0, extra_drafter)
         self.drafter_box.clear()
-        self.drafter_box.addItem("No drafter", "")
+        self.drafter_box.addItem("No drafter", NO_DRAFTER)  # even where one is shipped
         for path in dpaths:
             self.drafter_box.addItem(Path(path).name, path)
 
@@ -107,7 +108,7 @@ class ModelBar(QWidget):
         self.mtp_box.clear()
         if info.get("mtp"):
             self.mtp_box.addItem(f"MTP: {info['mtp']}")
-            self.mtp_box.setToolTip("The model's own multi-token-prediction head is loaded.")
+            self.mtp_box.setToolTip(f"Multi-token-prediction head loaded: {info['mtp']}.")
         else:
             self.mtp_box.addItem("No MTP head")
             self.mtp_box.setToolTip(f"MTP unavailable: {info.get('mtp_reason', '')}")

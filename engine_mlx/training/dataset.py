@@ -178,9 +178,10 @@ def build_dataset(
     out.mkdir(parents=True, exist_ok=True)
     manifest = out / MANIFEST
     settings = {**asdict(config), "target": target.spec.name}
-    if manifest.exists():
-        previous = json.loads(manifest.read_text())
-        if previous["config"] != json.loads(json.dumps(settings)):
+    if manifest.exists():  # the shard count may change: more shards extend the dataset
+        previous = json.loads(manifest.read_text())["config"]
+        mine = json.loads(json.dumps(settings))
+        if {**previous, "shards": 0} != {**mine, "shards": 0}:
             raise ValueError(
                 f"{out} holds a dataset made with other settings; use a new folder or delete it"
             )
