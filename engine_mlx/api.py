@@ -35,7 +35,10 @@ def load_drafter(path: str | Path, target: TargetModel) -> DFlashDrafter:
 
 
 def load_mtp_drafter(
-    target: TargetModel, file: str | Path | None = None, steps: int = 3, hidden: str = "post"
+    target: TargetModel,
+    file: str | Path | None = None,
+    steps: int = 3,
+    hidden: str | None = None,
 ) -> tuple[MTPDrafter | None, str]:
     """The target's built-in MTP head (or the one in ``file``), or None and the reason."""
     try:
@@ -61,7 +64,7 @@ def load_speculators(
     mtp_file: str | Path | None = None,
     *,
     mtp_steps: int = 3,
-    mtp_hidden: str = "post",
+    mtp_hidden: str | None = None,
     companions: bool = True,
 ) -> Speculators:
     """The drafter and MTP head a session gets: the ones named, else (with ``companions``)

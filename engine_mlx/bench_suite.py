@@ -127,6 +127,8 @@ def run_suite(args: argparse.Namespace) -> int:
     cells += [("dflash2", w) for w in spec.widths] if drafter is not None else []
     cells += [("mtp", 1)] if mtp is not None else []
     cells += [("auto", spec.auto_width)]
+    if isinstance(args.baseline_depths, str):
+        args.baseline_depths = {int(d) for d in args.baseline_depths.split(",")}
     if args.modes:  # ar stays: it is every ratio's reference
         wanted = {m.strip() for m in args.modes.split(",")} | {"ar"}
         cells = [c for c in cells if c[0] in wanted]
@@ -158,23 +160,31 @@ def run_suite(args: argparse.Namespace) -> int:
     categories = args.categories.split(",") if args.categories else prompts.categories
     info = backend_info(target.dtype)
     print(f"# {machine_description()}; {info.describe()}; model {path.name}", flush=True)
+    names = {
+        "drafter": str(speculators.drafter_path) if drafter is not None else None,
+        "mtp": speculators.mtp_source or mtp_reason,
+    }
     rows: list[dict[str, Any]] = []
     for category in categories:
         for depth in spec.depths:
             prompt = prompts.prompt(category, depth)
             if len(prompt) + spec.max_tokens + 16 >= target.spec.max_context:
                 raise EngineError(f"depth {depth} does not fit {target.spec.max_context} tokens")
-            rows += _measure(session, base, cells, baselines, prompt, spec)
-            for r in rows[-(len(cells) + len(baselines)) :]:
+            active = {
+                name: runner
+                for name, runner in baselines.items()
+                if name.startswith("mlx-lm")
+                or args.baseline_depths is None
+                or depth in args.baseline_depths
+            }
+            rows += _measure(session, base, cells, active, prompt, spec)
+            for r in rows[-(len(cells) + len(active)) :]:
                 r.update(category=category, depth=depth, prompt_tokens=len(prompt))
                 _print_row(r)
-    names = {
-        "drafter": str(speculators.drafter_path) if drafter is not None else None,
-        "mtp": speculators.mtp_source or mtp_reason,
-    }
+            if args.json_out:  # after every cell group: a long run interrupted keeps its rows
+                report = _report(rows, spec, path, args, info, skipped, names)
+                args.json_out.write_text(json.dumps(report, indent=2))
     report = _report(rows, spec, path, args, info, skipped, names)
-    if args.json_out:
-        args.json_out.write_text(json.dumps(report, indent=2))
     if args.plot_out:
         from engine_mlx.bench_plot import plot_suite
 
@@ -186,8 +196,9 @@ def _measure(session, base: GenerationConfig, cells, baselines, prompt, spec) ->
     """Every cell once per round, ``spec.repeats`` rounds; the median run of each cell."""
     runs: dict[tuple[str, str, int], list[dict]] = {}
     run_ours(session, prompt, replace(base, mode="ar", max_tokens=2))  # prefill, kept
-    for runner in baselines.values():
-        runner(prompt, 2)
+    for name, runner in baselines.items():
+        if name.startswith("mlx-lm"):  # in-process: this prefills the prompt it then keeps
+            runner(prompt, 2)
     for _ in range(spec.repeats):
         for mode, width in cells:
             cfg = replace(base, mode=mode, width=width)
@@ -209,6 +220,7 @@ def _measure(session, base: GenerationConfig, cells, baselines, prompt, spec) ->
                 "acceptance": median.get("acceptance", float("nan")),
                 "modes": median.get("modes", {}),
                 "identical_to_ar": all(r["output"] == reference for r in cell_runs),
+                **{k: median[k] for k in ("step_ms", "draft_ms", "verify_ms") if k in median},
             }
         )
     ar = rows[0]["decode_tps"] or 1.0
@@ -239,5 +251,6 @@ def _report(rows, spec: SuiteSpec, path: Path, args, info, skipped, names) -> di
         "max_tokens": spec.max_tokens,
         "repeats": spec.repeats,
         "baselines_not_run": skipped,
+        "external_baseline_depths": sorted(args.baseline_depths) if args.baseline_depths else "all",
         "results": rows,
     }

@@ -48,9 +48,10 @@ def _add_speculation(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--mtp-hidden",
-        default="post",
+        default=None,
         choices=["post", "pre"],
-        help="target state fed to the MTP head: after or before the final norm",
+        help="target state fed to the MTP head: after or before the final norm (default: what "
+        "the head was trained on, else post)",
     )
     p.add_argument(
         "--policy",
@@ -123,6 +124,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--categories", default=None, help="suite: comma list of math,code,prose")
     bench.add_argument("--plot-out", type=Path, default=None, help="suite: a PNG of tok/s by depth")
     bench.add_argument("--draft-lm", type=Path, default=None, help="suite: mlx-lm draft model")
+    bench.add_argument(
+        "--baseline-depths",
+        default=None,
+        help="suite: depths at which the external DFlash baselines run (they prefill every "
+        "run themselves; default all)",
+    )
     bench.add_argument(
         "--bench-envs",
         type=Path,

@@ -74,6 +74,8 @@ class DFlashDrafter:
 
     def __init__(self, model: DFlashModel, target: TargetModel) -> None:
         check_fits(model, target)
+        if model.fc.weight.dtype != target.dtype:
+            model.set_dtype(target.dtype)  # stored fp16/bf16; computed like the target
         self.model = model
         self.target = target
         self.mask_id = resolve_mask_token(model, target)

@@ -35,6 +35,7 @@ class MTPUnavailable(Exception):
 class MTPHead(nn.Module):
     def __init__(self, hidden: int, eps: float, layer: nn.Module) -> None:
         super().__init__()
+        self.reads: str | None = None  # "pre"/"post" final norm, where the file records it
         self.fc = nn.Linear(2 * hidden, hidden, bias=False)
         self.pre_fc_norm_embedding = nn.RMSNorm(hidden, eps=eps)
         self.pre_fc_norm_hidden = nn.RMSNorm(hidden, eps=eps)
@@ -85,11 +86,13 @@ def load_mtp(target: TargetModel, file: str | Path | None = None) -> MTPHead:
         weights, _ = _mtp_weights([path])
         _, meta = mx.load(str(path), return_metadata=True)
         zero_centered = meta.get("zero_centered_norms") == "1"
+        reads = meta.get("reads_hidden")
         where = path.name
     else:
         files = sorted(target.spec.path.glob("model*.safetensors"))
         weights, zero_centered = _mtp_weights(files)
         zero_centered = zero_centered and target.spec.model_type.startswith("qwen3_5")
+        reads = None
         where = target.spec.name
     if not weights:
         raise MTPUnavailable(f"{where} has no mtp.* weights (no built-in MTP head)")
@@ -105,14 +108,19 @@ def load_mtp(target: TargetModel, file: str | Path | None = None) -> MTPHead:
             value = value + 1.0
         loaded.append((key, value.astype(expected[key].dtype)))
     head.load_weights(loaded)
+    head.reads = reads if reads in ("pre", "post") else None
     mx.eval(head.parameters())
     return head
 
 
-def save_mtp(head: MTPHead, path: str | Path) -> Path:
-    """Write a separate MTP file (``mtp.*`` keys, ordinary norms)."""
+def save_mtp(head: MTPHead, path: str | Path, reads: str | None = None) -> Path:
+    """Write a separate MTP file (``mtp.*`` keys, ordinary norms), recording which target
+    state the head was trained on (``reads``: "pre" or "post" final norm) when known."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     weights = {f"mtp.{k}": v for k, v in tree_flatten(head.parameters())}
-    mx.save_safetensors(str(path), weights, metadata={"zero_centered_norms": "0"})
+    metadata = {"zero_centered_norms": "0"}
+    if reads or head.reads:
+        metadata["reads_hidden"] = reads or head.reads
+    mx.save_safetensors(str(path), weights, metadata=metadata)
     return path
