@@ -47,6 +47,7 @@ class ModelBar(QWidget):
         self.target_box.setMinimumContentsLength(18)
         self.drafter_box = QComboBox(self)
         self.drafter_box.setAccessibleName("DFlash drafter")
+        self.drafter_box.setMinimumContentsLength(18)  # shipped drafters have long names
         self.mtp_box = QComboBox(self)
         self.mtp_box.setAccessibleName("MTP head")
         self.mtp_box.addItem("No MTP head")
