@@ -10,8 +10,8 @@ DeepSeek MTP heads (no real Qwen3.5 checkpoint was at hand to measure a built-in
 Measured for heads FlashChat trains (SmolLM2-135M-Instruct, two heads trained identically:
 same data, seed and 300 steps; greedy decoding of the benchmark's six math/code/prose prompts
 at depths 0 and 1024, 64 tokens each): pre-norm mean tau 1.39 (training KL 3.09, top-1
-agreement 34.8%), post-norm 1.36 (3.15, 34.3%). Pre wins, narrowly, so training defaults to
-"pre" and the shipped head reads the pre-norm state.
+agreement 34.8%), post-norm 1.36 (3.15, 34.3%). Pre wins, narrowly (a margin one more seed
+could flip), so training defaults to "pre" and the shipped head reads the pre-norm state.
 """
 
 from __future__ import annotations
