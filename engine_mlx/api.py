@@ -8,8 +8,9 @@ from pathlib import Path
 from engine_mlx.chat import ChatFormatter
 from engine_mlx.companions import NO_DRAFTER, Companions, shipped_companions
 from engine_mlx.decoding.dflash_drafter import DFlashDrafter
+from engine_mlx.decoding.draft_vocab import load_draft_vocab
 from engine_mlx.decoding.mtp_drafter import MTPDrafter
-from engine_mlx.errors import ChatTemplateError
+from engine_mlx.errors import ChatTemplateError, ModelLoadError
 from engine_mlx.models.dflash import (
     DFlashConfig,
     DFlashModel,
@@ -30,8 +31,14 @@ def load_target(path: str | Path) -> TargetModel:
 
 
 def load_drafter(path: str | Path, target: TargetModel) -> DFlashDrafter:
-    """Load a DFlash / DFlash2 drafter and bind it to ``target`` (refused if it does not fit)."""
-    return DFlashDrafter(load_dflash(path), target)
+    """Load a DFlash / DFlash2 drafter and bind it to ``target`` (refused if it does not fit),
+    with its draft vocabulary when the folder has one."""
+    model = load_dflash(path)
+    try:
+        vocab = load_draft_vocab(path, target.spec.vocab_size)
+    except ValueError as exc:
+        raise ModelLoadError(f"{Path(path).name}: {exc}") from exc
+    return DFlashDrafter(model, target, vocab)
 
 
 def load_mtp_drafter(

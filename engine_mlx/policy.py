@@ -4,12 +4,16 @@ Two policies share one interface (``choose(depth, current) -> Choice``, ``observ
 
 - ``ThresholdPolicy`` — the rule other local apps use: above N context tokens switch to the
   long-context mode.
-- ``CostModelPolicy`` (the default) — per mode, the measured decode rate (tokens committed per
-  second of step time, smoothed) as a function of context depth, in octave-wide depth buckets.
-  It picks the mode with the best expected rate, switches only when the gain clears a
-  hysteresis margin (no flapping at a crossing), and re-probes a mode whose estimate for the
-  current depth is missing or stale, a few steps at a time, so one bad early measurement
-  cannot lock a mode out. A forced mode overrides everything.
+- ``CostModelPolicy`` (the default) — per mode, expected rate = tokens per step / seconds
+  per step, the two learned separately because they vary for different reasons. Step time
+  depends on the machine and the context depth, not on the text: it is kept per octave-wide
+  depth bucket for the whole session and interpolated (or extrapolated along the last two
+  buckets) where a depth was not measured. Tokens per step depends on the text: it restarts
+  with every generation (plain decoding: always one). A mode is probed for a few steps only
+  while its rate here is unknown and could plausibly beat the current mode (a drafter may do
+  ``optimism`` times better on new text than last time), or when its estimate went stale;
+  switches need the measured gain to clear a hysteresis margin (no flapping at a crossing).
+  A forced mode overrides everything.
 
 Rates, not tau alone, because a mode's step time grows differently with depth (a wide tree
 verification pays attention over the whole context once per node).
@@ -17,6 +21,7 @@ verification pays attention over the whole context once per node).
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -53,14 +58,16 @@ class ThresholdPolicy:
 
 @dataclass
 class _Estimate:
-    committed: float = 0.0  # smoothed tokens per step
+    """One mode in one depth bucket. Step time is a property of the machine and the depth;
+    tokens per step is a property of the text, so it restarts with every generation."""
+
     seconds: float = 0.0  # smoothed seconds per step
+    depth: float = 0.0  # smoothed depth the seconds were measured at
+    committed: float = 0.0  # smoothed tokens per step, this generation (else the last one's)
     samples: int = 0
     last_step: int = 0  # policy step count when last observed
-
-    @property
-    def rate(self) -> float:
-        return self.committed / self.seconds if self.seconds > 0 else 0.0
+    generation: int = -1  # the generation ``committed`` belongs to
+    generation_samples: int = 0
 
 
 @dataclass
@@ -69,14 +76,17 @@ class CostModelPolicy:
     preferred: str
     smoothing: float = 0.25
     hysteresis: float = 0.15
-    probe_interval: int = 48  # steps between re-probes
-    probe_steps: int = 4  # steps spent in a probed mode
-    stale_after: int = 400  # steps after which an estimate is re-measured
-    explore_after: int = 8  # a mode never measured anywhere is tried after this many steps
+    probe_steps: int = 3  # steps spent in a probed mode
+    probe_interval: int = 48  # steps between re-measurements of stale estimates
+    stale_after: int = 200  # steps after which an estimate is re-measured
+    settle: int = 3  # steps of a generation before anything is probed
+    optimism: float = 2.0  # how much better than last time a drafter may do on new text
     min_samples: int = 3
     forced: str | None = None
     _table: dict[tuple[str, int], _Estimate] = field(default_factory=dict)
     _steps: int = 0
+    _generation: int = 0
+    _generation_start: int = 0
     _last_probe: int = 0
     _probing: str | None = None
     _probe_left: int = 0
@@ -89,61 +99,132 @@ class CostModelPolicy:
     def observe(self, mode: str, depth: int, committed: int, seconds: float) -> None:
         self._steps += 1
         est = self._table.setdefault((mode, self.bucket(depth)), _Estimate())
-        a = self.smoothing if est.samples else 1.0
-        est.committed += a * (committed - est.committed)
+        stale = self._steps - est.last_step > self.stale_after
+        a = 1.0 if not est.samples or stale else self.smoothing
         est.seconds += a * (seconds - est.seconds)
+        est.depth += a * (depth - est.depth)
+        if est.generation != self._generation:
+            est.generation, est.generation_samples = self._generation, 0
+        a = self.smoothing if est.generation_samples else 1.0
+        est.committed += a * (committed - est.committed)
         est.samples += 1
+        est.generation_samples += 1
         est.last_step = self._steps
 
-    def rate(self, mode: str, depth: int) -> float | None:
-        """Expected tokens/s of ``mode`` at ``depth``: its own bucket, else the nearest
-        measured one (preferring shallower, which is optimistic for the deeper context)."""
-        b = self.bucket(depth)
-        candidates = [
-            (abs(bb - b), bb > b, est)
-            for (m, bb), est in self._table.items()
-            if m == mode and est.samples >= self.min_samples
-        ]
-        if not candidates:
-            return None
-        return min(candidates, key=lambda c: (c[0], c[1]))[2].rate
+    def _recent(self, est: _Estimate) -> bool:
+        return self._steps - est.last_step <= self.stale_after
 
-    def _fresh(self, mode: str, depth: int) -> bool:
-        est = self._table.get((mode, self.bucket(depth)))
-        return (
-            est is not None
-            and est.samples >= self.min_samples
-            and self._steps - est.last_step <= self.stale_after
+    def _seconds(self, mode: str, depth: int) -> tuple[float | None, bool]:
+        """Step time at ``depth`` and whether it was measured there: else interpolated
+        between the depths measured, or extrapolated along the last two."""
+        own = self._table.get((mode, self.bucket(depth)))
+        if own is not None and own.samples >= self.min_samples and self._recent(own):
+            return own.seconds, True
+        points = sorted(
+            (e.depth, e.seconds)
+            for (m, _), e in self._table.items()
+            if m == mode and e.samples >= self.min_samples
         )
+        if not points:
+            return None, False
+        if depth <= points[0][0] or len(points) == 1:
+            return (points[0][1] if depth <= points[0][0] else points[-1][1]), False
+        for (d0, s0), (d1, s1) in itertools.pairwise(points):
+            if depth <= d1:
+                return s0 + (s1 - s0) * (depth - d0) / max(d1 - d0, 1.0), False
+        (d0, s0), (d1, s1) = points[-2], points[-1]
+        slope = max(0.0, (s1 - s0) / max(d1 - d0, 1.0))
+        return s1 + slope * (depth - d1), False
+
+    def _tokens(self, mode: str, depth: int) -> tuple[float | None, bool]:
+        """Tokens per step and whether measured on this generation's text at this depth
+        (plain decoding: always one); else the nearest measurement, from any text."""
+        if mode == "ar":
+            return 1.0, True
+        b = self.bucket(depth)
+        own = self._table.get((mode, b))
+        if (
+            own is not None
+            and own.generation == self._generation
+            and own.generation_samples >= self.min_samples
+            and self._recent(own)
+        ):
+            return own.committed, True
+        near = [(abs(bb - b), bb > b, e) for (m, bb), e in self._table.items() if m == mode]
+        if not near:
+            return None, False
+        return min(near, key=lambda c: (c[0], c[1]))[2].committed, False
+
+    def rate(self, mode: str, depth: int) -> float | None:
+        """Expected tokens/s of ``mode`` at ``depth`` (None: never measured)."""
+        tokens, _ = self._tokens(mode, depth)
+        seconds, _ = self._seconds(mode, depth)
+        if tokens is None or seconds is None or seconds <= 0:
+            return None
+        return tokens / seconds
+
+    def _known(self, mode: str, depth: int) -> bool:
+        return self._tokens(mode, depth)[1] and self._seconds(mode, depth)[1]
+
+    def _worth_probing(self, mode: str, depth: int, current_rate: float) -> float | None:
+        """How fast ``mode`` might be here, if that is not known yet and could beat the
+        current mode; None when a probe would only cost time."""
+        tokens, tokens_known = self._tokens(mode, depth)
+        seconds, seconds_known = self._seconds(mode, depth)
+        own = self._table.get((mode, self.bucket(depth)))
+        stale = own is not None and not self._recent(own)
+        if tokens_known and seconds_known:
+            return None
+        if tokens is None or seconds is None or seconds <= 0:
+            return math.inf
+        best = tokens if tokens_known else tokens * self.optimism
+        could = best / seconds
+        if could > current_rate * (1 + self.hysteresis):
+            return could
+        if stale and self._steps - self._last_probe >= self.probe_interval:
+            return could
+        return None
+
+    def _start(self, depth: int) -> str:
+        """A new generation starts in the mode expected fastest, else the preferred one."""
+        self._generation += 1
+        self._generation_start = self._steps
+        self._probing = None
+        rates = {m: self.rate(m, depth) for m in self.modes}
+        known = {m: r for m, r in rates.items() if r is not None}
+        if self.preferred not in known:
+            return self.preferred
+        return max(known, key=known.__getitem__)
 
     def choose(self, depth: int, current: str | None) -> Choice:
         if self.forced:
             return Choice(self.forced, _switch_reason(current, self.forced, "forced by the user"))
-        current = current or self.preferred
+        if current is None:
+            return Choice(self._start(depth))
         if self._probing:
             if self._probe_left > 0:
                 self._probe_left -= 1
                 return Choice(self._probing)
             self._probing = None
-        never = [m for m in self.modes if m != current and self.rate(m, depth) is None]
-        due = self.explore_after if never else self.probe_interval
-        if self._steps - self._last_probe >= due:
-            stale = never or [m for m in self.modes if m != current and not self._fresh(m, depth)]
-            if stale:
-                probe = stale[0]
+        here = self.rate(current, depth)
+        settled = self._steps - self._generation_start >= self.settle
+        if here is not None and settled and self._known(current, depth):
+            hopes = {m: self._worth_probing(m, depth, here) for m in self.modes if m != current}
+            hopes = {m: h for m, h in hopes.items() if h is not None}
+            if hopes:
+                probe = max(hopes, key=hopes.__getitem__)
                 self._probing, self._probe_left = probe, self.probe_steps - 1
                 self._last_probe = self._steps
                 return Choice(
                     probe,
                     f"context {depth:,} tokens: re-measuring {mode_name(probe)} "
-                    f"({self.probe_steps} steps); its estimate here is missing or stale",
+                    f"({self.probe_steps} steps); its speed here is not known yet",
                 )
         rates = {m: self.rate(m, depth) for m in self.modes}
         known = {m: r for m, r in rates.items() if r is not None}
         if not known:
             return Choice(current)
         best = max(known, key=known.__getitem__)
-        here = known.get(current)
         if here is None:
             return Choice(
                 best, _rates_reason(depth, best, current, known) if best != current else ""

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Trains the demo pair shipped in resources/companions/SmolLM2-135M-Instruct/ from scratch:
-# the target's own continuations -> a DFlash2 drafter and an MTP head. Every step resumes
+# the target's own continuations -> a DFlash2 drafter and an MTP head (and the standalone draft
+# LM that the benchmark's mlx-lm speculative baseline uses; not shipped). Every step resumes
 # where it stopped when rerun. Usage: bash scripts/train_demo_pair.sh WORKDIR CORPORA_DIR
 # (CORPORA_DIR: prose/*.txt and code/*.txt, e.g. from the offline corpora fetch script).
 set -euo pipefail
@@ -17,3 +18,5 @@ for hidden in post pre; do
   $PY -m engine_mlx train-mtp --model "$MODEL" --data "$WORK/data" \
     --out "$WORK/mtp-$hidden.safetensors" --steps "${MTP_STEPS:-300}" --hidden "$hidden"
 done
+$PY -m engine_mlx train-draft-lm --model "$MODEL" --data "$WORK/data" --out "$WORK/draft-lm" \
+  --steps "${DRAFT_LM_STEPS:-400}" --layers 2

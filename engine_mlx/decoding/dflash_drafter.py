@@ -15,6 +15,7 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.models.cache import KVCache
 
+from engine_mlx.decoding.draft_vocab import DraftVocabulary
 from engine_mlx.decoding.selector import BlockCandidates
 from engine_mlx.models.dflash import DFlashConfig, DFlashModel, DrafterMismatchError
 from engine_mlx.models.loading import ModelSpec
@@ -70,9 +71,12 @@ def check_fits(model: DFlashModel, target: TargetModel) -> None:
 
 
 class DFlashDrafter:
-    """Implements the ``Drafter`` protocol of ``decoding.strategies``."""
+    """Implements the ``Drafter`` protocol of ``decoding.strategies``. ``vocab`` restricts
+    proposals to a subset of tokens (``decoding.draft_vocab``); None proposes from all."""
 
-    def __init__(self, model: DFlashModel, target: TargetModel) -> None:
+    def __init__(
+        self, model: DFlashModel, target: TargetModel, vocab: np.ndarray | None = None
+    ) -> None:
         check_fits(model, target)
         if model.fc.weight.dtype != target.dtype:
             model.set_dtype(target.dtype)  # stored fp16/bf16; computed like the target
@@ -83,6 +87,8 @@ class DFlashDrafter:
         self.block_size = model.config.block_size
         self._cache: list[KVCache] = []
         self._pending: list[list[mx.array]] = []  # features committed while idle
+        self._vocab_ids = vocab
+        self.vocab: DraftVocabulary | None = None
         self.reset()
 
     @property
@@ -92,6 +98,7 @@ class DFlashDrafter:
     def reset(self) -> None:
         self._cache = [KVCache() for _ in self.model.layers]
         self._pending = []
+        self.vocab = DraftVocabulary.for_target(self.target, self._vocab_ids)
 
     @property
     def lag(self) -> int:
@@ -102,6 +109,8 @@ class DFlashDrafter:
         """Keep features of tokens committed while another mode decodes (cheap: no drafter
         work); ``catch_up`` projects them all in one pass when the drafter is needed."""
         self._pending.append(features)
+        if self.vocab is not None:
+            self.vocab.add(ids)
 
     def catch_up(self) -> None:
         if not self._pending:
@@ -115,6 +124,8 @@ class DFlashDrafter:
             return
         self.catch_up()
         self._project(features)
+        if self.vocab is not None:
+            self.vocab.add(ids)
 
     def _project(self, features: list[mx.array]) -> None:
         ctx = self.model.project_context(features)
@@ -124,14 +135,17 @@ class DFlashDrafter:
             cache.update_and_fetch(k, v)
 
     def block_logits(self, root: int, depth: int) -> mx.array:
-        """Logits [depth, vocab] for the masked positions after ``root``."""
+        """Logits [depth, vocab] for the masked positions after ``root`` (over the draft
+        vocabulary's columns when there is one)."""
         self.catch_up()
         block = mx.array([[root] + [self.mask_id] * depth])
         if self.context_length == 0:
             raise RuntimeError("the drafter has no context yet: observe the prompt first")
         ctx_kv = [(c.keys[..., : c.offset, :], c.values[..., : c.offset, :]) for c in self._cache]
-        hidden = self.model(self.target.embed(block), ctx_kv, self.context_length)
-        return self.target.head(hidden[0, 1:])
+        hidden = self.model(self.target.embed(block), ctx_kv, self.context_length)[0, 1:]
+        if self.vocab is not None:
+            return self.vocab.logits(hidden)
+        return self.target.head(hidden)
 
     def propose(self, root: int, depth: int, top_k: int) -> BlockCandidates:
         """Top-k tokens and probabilities per position. The selection runs in numpy: MLX's
@@ -145,4 +159,6 @@ class DFlashDrafter:
         probs = np.exp(np.take_along_axis(logits, top, axis=-1) - log_norm)
         order = np.argsort(-probs, axis=-1, kind="stable")
         tokens = np.take_along_axis(top, order, axis=-1)
+        if self.vocab is not None:
+            tokens = self.vocab.ids[tokens]
         return BlockCandidates(tokens, np.take_along_axis(probs, order, axis=-1))

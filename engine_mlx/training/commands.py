@@ -1,4 +1,5 @@
-"""The training commands of the CLI: ``make-dataset``, ``train-drafter``, ``train-mtp``.
+"""The training commands of the CLI: ``make-dataset``, ``train-drafter``, ``train-mtp``,
+``train-draft-lm`` (the standalone draft model for the mlx-lm baseline).
 
 Each prints one JSON line per checkpoint (step, loss, seconds) and can be interrupted and
 rerun with the same arguments to resume.
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from engine_mlx.errors import EngineError
 
-COMMANDS = ("make-dataset", "train-drafter", "train-mtp")
+COMMANDS = ("make-dataset", "train-drafter", "train-mtp", "train-draft-lm")
 
 
 def _log(record: dict) -> None:
@@ -55,6 +56,16 @@ def add_training_commands(sub: argparse._SubParsersAction) -> None:
     tm.add_argument("--hidden", default="pre", choices=["post", "pre"], help="measured: pre")
     tm.add_argument("--seed", type=int, default=0)
 
+    tl = sub.add_parser("train-draft-lm", help="train a small draft LM (mlx-lm baseline)")
+    tl.add_argument("--model", type=Path, default=None, help="target folder (default: demo)")
+    tl.add_argument("--data", type=Path, required=True, help="folder from make-dataset")
+    tl.add_argument("--out", type=Path, required=True, help="the draft model's folder")
+    tl.add_argument("--steps", type=int, default=300)
+    tl.add_argument("--layers", type=int, default=2)
+    tl.add_argument("--lr", type=float, default=3e-4)
+    tl.add_argument("--sequences", type=int, default=8, help="sequences per step")
+    tl.add_argument("--seed", type=int, default=0)
+
 
 def run_training_command(args: argparse.Namespace, resolve_model: Callable) -> int:
     from engine_mlx.api import load_target
@@ -77,6 +88,17 @@ def run_training_command(args: argparse.Namespace, resolve_model: Callable) -> i
                 seed=args.seed,
             )
             train_drafter(target, args.data, args.out, config, log=_log)
+        elif args.command == "train-draft-lm":
+            from engine_mlx.training.draft_lm import DraftLMTrainConfig, train_draft_lm
+
+            lm_config = DraftLMTrainConfig(
+                steps=args.steps,
+                layers=args.layers,
+                lr=args.lr,
+                sequences=args.sequences,
+                seed=args.seed,
+            )
+            train_draft_lm(target, args.data, args.out, lm_config, log=_log)
         else:
             from engine_mlx.training.mtp import MTPTrainConfig, train_mtp
 

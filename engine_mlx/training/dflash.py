@@ -13,7 +13,9 @@ accepted. Layers start as copies of the target's last layers (same shapes), whic
 much faster than a random start.
 
 Checkpoints (the drafter folder plus ``train_state.*`` beside it) are written every
-``checkpoint_every`` steps; a rerun resumes from the last one.
+``checkpoint_every`` steps; a rerun resumes from the last one. The folder also gets the
+draft vocabulary: the tokens the target generated most often in the dataset
+(``decoding.draft_vocab``).
 """
 
 from __future__ import annotations
@@ -31,6 +33,12 @@ import mlx.optimizers as optim
 import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
 
+from engine_mlx.decoding.draft_vocab import (
+    DEFAULT_SIZE,
+    continuation_counts,
+    frequent_tokens,
+    save_draft_vocab,
+)
 from engine_mlx.models.dflash import DFlashConfig, DFlashModel, load_dflash, save_dflash
 from engine_mlx.models.target import TargetModel
 from engine_mlx.training.dataset import dataset_capture, load_fields
@@ -52,6 +60,7 @@ class DrafterTrainConfig:
     anchors: int = 16  # blocks per sequence
     decay: float = 0.8
     vocab_sample: int = 2048  # random extra tokens scored per step; 0 = the full vocabulary
+    draft_vocab: int = DEFAULT_SIZE  # tokens it may propose (decoding.draft_vocab)
     init_from_target: bool = True
     seed: int = 0
     checkpoint_every: int = 50
@@ -223,6 +232,11 @@ def train_drafter(
     model = load_dflash(out) if resumed else new_drafter(target, config, capture)
     history: list[dict] = json.loads(history_file.read_text())["history"] if resumed else []
     mask_id = int(model.config.mask_token_id)
+    counts = continuation_counts(sampler.shards, target.spec.vocab_size)
+    vocab_size = target.spec.vocab_size
+    draft_vocab = (
+        frequent_tokens(counts, config.draft_vocab) if config.draft_vocab < vocab_size else None
+    )
     optimizer = optim.AdamW(learning_rate=_schedule(config), weight_decay=0.01)
     optimizer.init(model.trainable_parameters())
     if resumed and (out / STATE_FILE).exists():
@@ -245,7 +259,7 @@ def train_drafter(
         accepted = accepted_lengths(logits, batch)
         history.append({"step": step + 1, "loss": float(loss), "tau": 1 + float(accepted.mean())})
         if (step + 1) % config.checkpoint_every == 0 or step + 1 == config.steps:
-            _checkpoint(model, optimizer, out, history, config)
+            _checkpoint(model, optimizer, out, history, config, draft_vocab)
             recent = history[-config.checkpoint_every :]
             log(
                 {
@@ -261,13 +275,15 @@ def train_drafter(
     return history
 
 
-def _checkpoint(model, optimizer, out: Path, history: list[dict], config) -> None:
+def _checkpoint(model, optimizer, out: Path, history: list[dict], config, vocab=None) -> None:
     """Weights, optimizer moments and history go to a fresh folder that then replaces the
     previous checkpoint, so an interruption mid-write leaves the last one usable."""
     tmp, old = _sibling(out, "saving"), _sibling(out, "old")
     for stale in (tmp, old):
         _remove_tree(stale)
     save_dflash(model, tmp)
+    if vocab is not None:
+        save_draft_vocab(tmp, vocab)
     mx.save_safetensors(str(tmp / STATE_FILE), dict(tree_flatten(optimizer.state)))
     (tmp / HISTORY_FILE).write_text(json.dumps({"config": asdict(config), "history": history}))
     if out.exists():
