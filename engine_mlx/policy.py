@@ -63,6 +63,7 @@ class _Estimate:
 
     seconds: float = 0.0  # smoothed seconds per step
     depth: float = 0.0  # smoothed depth the seconds were measured at
+    timed: int = 0  # steps whose time was measured (not the first after a switch)
     committed: float = 0.0  # smoothed tokens per step, this generation (else the last one's)
     samples: int = 0
     last_step: int = 0  # policy step count when last observed
@@ -81,7 +82,8 @@ class CostModelPolicy:
     stale_after: int = 200  # steps after which an estimate is re-measured
     settle: int = 3  # steps of a generation before anything is probed
     optimism: float = 2.0  # how much better than last time a drafter may do on new text
-    min_samples: int = 3
+    min_samples: int = 3  # steps before a mode's tokens per step count as measured
+    min_timed: int = 2  # timed steps before its step time does
     forced: str | None = None
     _table: dict[tuple[str, int], _Estimate] = field(default_factory=dict)
     _steps: int = 0
@@ -90,6 +92,7 @@ class CostModelPolicy:
     _last_probe: int = 0
     _probing: str | None = None
     _probe_left: int = 0
+    _previous: str | None = None  # the mode of the last observed step
 
     @staticmethod
     def bucket(depth: int) -> int:
@@ -97,12 +100,18 @@ class CostModelPolicy:
         return max(0, math.ceil(math.log2(max(depth, 1) / 512))) if depth >= 512 else 0
 
     def observe(self, mode: str, depth: int, committed: int, seconds: float) -> None:
+        """One step's outcome. The first step after a switch is not timed: it carries the
+        switch's own work (the drafter catching up, the pipeline refilling), which would make
+        every probed mode look slower than it is."""
         self._steps += 1
         est = self._table.setdefault((mode, self.bucket(depth)), _Estimate())
         stale = self._steps - est.last_step > self.stale_after
-        a = 1.0 if not est.samples or stale else self.smoothing
-        est.seconds += a * (seconds - est.seconds)
-        est.depth += a * (depth - est.depth)
+        if mode == self._previous:
+            a = 1.0 if not est.timed or stale else self.smoothing
+            est.seconds += a * (seconds - est.seconds)
+            est.depth += a * (depth - est.depth)
+            est.timed += 1
+        self._previous = mode
         if est.generation != self._generation:
             est.generation, est.generation_samples = self._generation, 0
         a = self.smoothing if est.generation_samples else 1.0
@@ -118,12 +127,12 @@ class CostModelPolicy:
         """Step time at ``depth`` and whether it was measured there: else interpolated
         between the depths measured, or extrapolated along the last two."""
         own = self._table.get((mode, self.bucket(depth)))
-        if own is not None and own.samples >= self.min_samples and self._recent(own):
+        if own is not None and own.timed >= self.min_timed and self._recent(own):
             return own.seconds, True
         points = sorted(
             (e.depth, e.seconds)
             for (m, _), e in self._table.items()
-            if m == mode and e.samples >= self.min_samples
+            if m == mode and e.timed >= self.min_timed
         )
         if not points:
             return None, False
@@ -192,9 +201,9 @@ class CostModelPolicy:
         self._probing = None
         rates = {m: self.rate(m, depth) for m in self.modes}
         known = {m: r for m, r in rates.items() if r is not None}
-        if self.preferred not in known:
-            return self.preferred
-        return max(known, key=known.__getitem__)
+        first = self.preferred if self.preferred not in known else max(known, key=known.get)
+        self._previous = first
+        return first
 
     def choose(self, depth: int, current: str | None) -> Choice:
         if self.forced:

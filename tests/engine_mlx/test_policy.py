@@ -149,3 +149,18 @@ def test_step_time_is_interpolated_between_measured_depths():
             policy.observe("ar", depth, 1, seconds)
     assert abs(policy.rate("ar", 1550) - 1 / 0.15) < 1e-6  # halfway
     assert abs(policy.rate("ar", 5900) - 1 / 0.3) < 1e-6  # along the last two
+
+
+def test_the_first_step_after_a_switch_is_not_timed():
+    # Plain decoding is the faster mode (13.3 tok/s against MTP's 7.6), but its first step
+    # after a switch costs 0.3 s: timed, three probe steps would put it at ~5 tok/s.
+    policy = CostModelPolicy(["ar", "mtp"], preferred="mtp")
+    mode, previous, used = policy.choose(0, None).mode, None, []
+    for _ in range(60):
+        mode = policy.choose(0, mode).mode
+        seconds = 0.3 if mode == "ar" and previous != "ar" else 0.075
+        tokens, seconds = (1.0, seconds) if mode == "ar" else (1.3, 0.17)
+        policy.observe(mode, 0, tokens, seconds)
+        previous = mode
+        used.append(mode)
+    assert used[-40:] == ["ar"] * 40
