@@ -21,7 +21,6 @@ draft vocabulary: the tokens the target generated most often in the dataset
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -42,7 +41,8 @@ from engine_mlx.decoding.draft_vocab import (
 from engine_mlx.models.dflash import DFlashConfig, DFlashModel, load_dflash, save_dflash
 from engine_mlx.models.target import TargetModel
 from engine_mlx.training.dataset import dataset_capture, load_fields
-from engine_mlx.training.vocab import distill_kl, logits_over, renormalised, subset
+from engine_mlx.training.progress import check_finite, checkpoint_record
+from engine_mlx.training.vocab import logits_over, renormalised, subset, weighted_kl
 
 STATE_FILE = "train_state.safetensors"
 HISTORY_FILE = "train_state.json"
@@ -192,12 +192,9 @@ def drafter_logits(model: DFlashModel, target: TargetModel, batch: Batch, mask_i
 
 
 def drafter_loss(model: DFlashModel, target: TargetModel, batch: Batch, mask_id: int, decay):
-    logits = drafter_logits(model, target, batch, mask_id)
-    per_position = distill_kl(logits, batch.teacher_ids, batch.teacher_p)  # [S*M, B-1]
-    steps = logits.shape[1]
-    w = batch.weights * (decay ** mx.arange(steps, dtype=mx.float32))
-    loss = (per_position * w).sum() / mx.maximum(w.sum(), 1.0)
-    return loss, logits
+    logits = drafter_logits(model, target, batch, mask_id)  # [S*M, B-1, vocab]
+    w = batch.weights * (decay ** mx.arange(logits.shape[1], dtype=mx.float32))
+    return weighted_kl(logits, batch.teacher_ids, batch.teacher_p, w), logits
 
 
 def accepted_lengths(logits: mx.array, batch: Batch) -> np.ndarray:
@@ -260,17 +257,9 @@ def train_drafter(
         history.append({"step": step + 1, "loss": float(loss), "tau": 1 + float(accepted.mean())})
         if (step + 1) % config.checkpoint_every == 0 or step + 1 == config.steps:
             _checkpoint(model, optimizer, out, history, config, draft_vocab)
-            recent = history[-config.checkpoint_every :]
-            log(
-                {
-                    "step": step + 1,
-                    "loss": round(sum(h["loss"] for h in recent) / len(recent), 4),
-                    "tau_proxy": round(sum(h["tau"] for h in recent) / len(recent), 3),
-                    "seconds": round(time.perf_counter() - t0, 1),
-                }
-            )
-        if not math.isfinite(float(loss)):
-            raise ValueError(f"training diverged at step {step + 1} (loss {float(loss)})")
+            metrics = {"loss": ("loss", 4), "tau_proxy": ("tau", 3)}
+            log(checkpoint_record(history, config.checkpoint_every, t0, metrics))
+        check_finite(loss, step + 1)
     model.eval()
     return history
 

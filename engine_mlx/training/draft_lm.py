@@ -25,7 +25,8 @@ import numpy as np
 
 from engine_mlx.models.target import TargetModel
 from engine_mlx.training.dataset import load_fields
-from engine_mlx.training.vocab import distill_kl, renormalised, subset
+from engine_mlx.training.progress import check_finite, checkpoint_record, top1_agreement
+from engine_mlx.training.vocab import renormalised, subset, weighted_kl
 
 HISTORY_FILE = "train_history.json"
 _KEPT_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
@@ -141,9 +142,7 @@ def draft_lm_loss(model: nn.Module, batch: LMBatch) -> tuple[mx.array, mx.array]
     rows = _head_rows(model)
     rows = rows if batch.vocab is None else rows[batch.vocab]
     logits = (hidden @ rows.T).astype(mx.float32)
-    per_position = distill_kl(logits, batch.teacher_ids, batch.teacher_p)
-    loss = (per_position * batch.weights).sum() / mx.maximum(batch.weights.sum(), 1.0)
-    return loss, logits
+    return weighted_kl(logits, batch.teacher_ids, batch.teacher_p, batch.weights), logits
 
 
 def train_draft_lm(
@@ -173,22 +172,13 @@ def train_draft_lm(
         grads, _ = optim.clip_grad_norm(grads, 1.0)
         optimizer.update(model, grads)
         mx.eval(model.parameters(), optimizer.state, loss)
-        hits = (mx.argmax(logits, -1) == batch.teacher_ids[..., 0]) * batch.weights
-        agree = float(hits.sum() / mx.maximum(batch.weights.sum(), 1.0))
+        agree = top1_agreement(logits, batch.teacher_ids, batch.weights)
         history.append({"step": step + 1, "loss": float(loss), "top1": agree})
         if (step + 1) % config.checkpoint_every == 0 or step + 1 == config.steps:
             save_draft_lm(model, out)
             history_file.write_text(json.dumps({"config": asdict(config), "history": history}))
-            recent = history[-config.checkpoint_every :]
-            log(
-                {
-                    "step": step + 1,
-                    "loss": round(sum(h["loss"] for h in recent) / len(recent), 4),
-                    "top1": round(sum(h["top1"] for h in recent) / len(recent), 3),
-                    "seconds": round(time.perf_counter() - t0, 1),
-                }
-            )
-        if not np.isfinite(float(loss)):
-            raise ValueError(f"training diverged at step {step + 1} (loss {float(loss)})")
+            metrics = {"loss": ("loss", 4), "top1": ("top1", 3)}
+            log(checkpoint_record(history, config.checkpoint_every, t0, metrics))
+        check_finite(loss, step + 1)
     model.eval()
     return history

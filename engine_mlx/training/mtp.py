@@ -26,7 +26,8 @@ import numpy as np
 from engine_mlx.models.mtp import MTPHead, load_mtp, new_head, save_mtp
 from engine_mlx.models.target import TargetModel
 from engine_mlx.training.dataset import load_fields
-from engine_mlx.training.vocab import distill_kl, logits_over, renormalised, subset
+from engine_mlx.training.progress import checkpoint_record, top1_agreement
+from engine_mlx.training.vocab import logits_over, renormalised, subset, weighted_kl
 
 
 @dataclass(frozen=True)
@@ -90,9 +91,7 @@ def mtp_loss(head: MTPHead, target: TargetModel, batch: MTPBatch) -> tuple[mx.ar
     """KL from the target's top-k distribution, and the head's logits."""
     states = head.step(target.embed(batch.tokens[:, 1:]), batch.hidden[:, :-1], None)
     logits = logits_over(target, head.norm(states), batch.vocab)
-    per_position = distill_kl(logits, batch.teacher_ids, batch.teacher_p)
-    loss = (per_position * batch.weights).sum() / mx.maximum(batch.weights.sum(), 1.0)
-    return loss, logits
+    return weighted_kl(logits, batch.teacher_ids, batch.teacher_p, batch.weights), logits
 
 
 def train_mtp(
@@ -122,20 +121,12 @@ def train_mtp(
         (loss, logits), grads = loss_and_grad(head, batch)
         optimizer.update(head, grads)
         mx.eval(head.parameters(), optimizer.state, loss)
-        hits = (mx.argmax(logits, -1) == batch.teacher_ids[..., 0]) * batch.weights
-        agree = float(hits.sum() / mx.maximum(batch.weights.sum(), 1.0))
+        agree = top1_agreement(logits, batch.teacher_ids, batch.weights)
         history.append({"step": step + 1, "loss": float(loss), "top1": agree})
         if (step + 1) % config.checkpoint_every == 0 or step + 1 == config.steps:
             save_mtp(head, out, reads=config.hidden)
             history_file.write_text(json.dumps({"history": history, "config": config.__dict__}))
-            recent = history[-config.checkpoint_every :]
-            log(
-                {
-                    "step": step + 1,
-                    "loss": round(sum(h["loss"] for h in recent) / len(recent), 4),
-                    "top1": round(sum(h["top1"] for h in recent) / len(recent), 3),
-                    "seconds": round(time.perf_counter() - t0, 1),
-                }
-            )
+            metrics = {"loss": ("loss", 4), "top1": ("top1", 3)}
+            log(checkpoint_record(history, config.checkpoint_every, t0, metrics))
     head.eval()
     return history

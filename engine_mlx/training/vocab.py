@@ -48,3 +48,11 @@ def renormalised(top_logp: np.ndarray) -> np.ndarray:
     logp = top_logp.astype(np.float32)
     p = np.exp(logp - logp.max(-1, keepdims=True))
     return p / p.sum(-1, keepdims=True)
+
+
+def weighted_kl(
+    logits: mx.array, teacher_ids: mx.array, teacher_p: mx.array, weights: mx.array
+) -> mx.array:
+    """``distill_kl`` averaged over the positions, each counted by its weight."""
+    per_position = distill_kl(logits, teacher_ids, teacher_p)
+    return (per_position * weights).sum() / mx.maximum(weights.sum(), 1.0)
