@@ -161,7 +161,7 @@ def run_suite(args: argparse.Namespace) -> int:
     info = backend_info(target.dtype)
     print(f"# {machine_description()}; {info.describe()}; model {path.name}", flush=True)
     names = {
-        "drafter": str(speculators.drafter_path) if drafter is not None else None,
+        "drafter": _shown(speculators.drafter_path) if drafter is not None else None,
         "mtp": speculators.mtp_source or mtp_reason,
     }
     rows: list[dict[str, Any]] = []
@@ -190,6 +190,17 @@ def run_suite(args: argparse.Namespace) -> int:
 
         plot_suite(report, args.plot_out)
     return 0
+
+
+def _shown(path: Path | None) -> str | None:
+    """A path as the report shows it: relative to the working folder when inside it, so a
+    committed report names no folder of the machine that made it."""
+    if path is None:
+        return None
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return Path(path).name
 
 
 def _measure(session, base: GenerationConfig, cells, baselines, prompt, spec) -> list[dict]:
