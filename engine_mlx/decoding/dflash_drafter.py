@@ -87,8 +87,7 @@ class DFlashDrafter:
         self.block_size = model.config.block_size
         self._cache: list[KVCache] = []
         self._pending: list[list[mx.array]] = []  # features committed while idle
-        self._vocab_ids = vocab
-        self.vocab: DraftVocabulary | None = None
+        self.vocab = DraftVocabulary.for_target(target, vocab)
         self.reset()
 
     @property
@@ -98,7 +97,8 @@ class DFlashDrafter:
     def reset(self) -> None:
         self._cache = [KVCache() for _ in self.model.layers]
         self._pending = []
-        self.vocab = DraftVocabulary.for_target(self.target, self._vocab_ids)
+        if self.vocab is not None:
+            self.vocab.clear_context()
 
     @property
     def lag(self) -> int:

@@ -69,15 +69,19 @@ class DraftVocabulary:
     def __init__(self, target: TargetModel, ids: np.ndarray) -> None:
         self.target = target
         base = np.unique(ids).astype(np.int32)
-        self._known = np.zeros(target.spec.vocab_size, dtype=bool)
-        self._known[base] = True
         rows = target.head_rows(mx.array(base))
         if rows is None:
             raise ValueError("the target's head is quantized and untied: no draft vocabulary")
         self._base_ids, self._base_rows = base, rows
-        self._extra_ids: list[int] = []
-        self._extra_rows: mx.array | None = None
         mx.eval(self._base_rows)
+        self.clear_context()
+
+    def clear_context(self) -> None:
+        """Forget the conversation's tokens (a new context); the frequent block stays."""
+        self._known = np.zeros(self.target.spec.vocab_size, dtype=bool)
+        self._known[self._base_ids] = True
+        self._extra_rows: mx.array | None = None
+        self.ids = self._base_ids  # token id of every logit column, in ``logits`` order
 
     @classmethod
     def for_target(cls, target: TargetModel, ids: np.ndarray | None) -> DraftVocabulary | None:
@@ -86,13 +90,8 @@ class DraftVocabulary:
             return None
         return cls(target, ids)
 
-    @property
-    def ids(self) -> np.ndarray:
-        """Token id of every logit column, in ``logits`` order."""
-        return np.concatenate([self._base_ids, np.array(self._extra_ids, dtype=np.int32)])
-
     def __len__(self) -> int:
-        return int(self._base_ids.size) + len(self._extra_ids)
+        return int(self.ids.size)
 
     def add(self, tokens: Iterable[int]) -> None:
         """Make the context's tokens draftable."""
@@ -102,7 +101,7 @@ class DraftVocabulary:
         if new.size == 0:
             return
         self._known[new] = True
-        self._extra_ids += new.tolist()
+        self.ids = np.concatenate([self.ids, new])
         rows = self.target.head_rows(mx.array(new))
         parts = [rows] if self._extra_rows is None else [self._extra_rows, rows]
         self._extra_rows = mx.concatenate(parts, axis=0)

@@ -62,6 +62,8 @@ def test_proposals_come_from_the_subset_and_the_context(tiny_target):
     block = sub.propose(ids[-1], 4, top_k=8)
     assert set(block.tokens.ravel().tolist()) <= allowed
     assert np.allclose(block.probs.sum(-1) <= 1.0 + 1e-6, True)
+    sub.reset()  # a new context: its tokens go, the frequent ones stay
+    assert sub.vocab.ids.tolist() == FREQUENT.tolist()
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen3", "qwen3_5"])
