@@ -19,6 +19,7 @@ from PySide6.QtCore import QObject, Signal, Slot
 import engine_mlx  # noqa: F401  (OpenBLAS before mlx)
 from engine_mlx.api import encode_prompt, load_speculators, load_target
 from engine_mlx.backend import backend_info
+from engine_mlx.companions import NO_DRAFTER
 from engine_mlx.decoding.sampling import SamplingParams
 from engine_mlx.errors import EngineError
 from engine_mlx.events import Error, Finished, ModeSwitch, Started, Tokens
@@ -76,7 +77,6 @@ class EngineWorker(QObject):
 
                 path = str(ensure_demo_model())
             target = load_target(Path(path))
-            speculators = load_speculators(target, drafter_path or None)
         except EngineError as exc:
             self.error.emit(str(exc))
             return
@@ -84,6 +84,12 @@ class EngineWorker(QObject):
             traceback.print_exc()
             self.error.emit(f"Could not load the model: {exc}")
             return
+        warning = ""
+        try:
+            speculators = load_speculators(target, drafter_path or None)
+        except EngineError as exc:  # the target alone is still worth having
+            warning = f"{exc} The model runs without this drafter."
+            speculators = load_speculators(target, NO_DRAFTER)
         drafter, mtp = speculators.drafter, speculators.mtp
         drafter_path = str(speculators.drafter_path or "")
         self._session = Session(target, drafter, mtp, speculators.mtp_reason)
@@ -102,6 +108,8 @@ class EngineWorker(QObject):
                 "mtp_reason": speculators.mtp_reason,
             }
         )
+        if warning:
+            self.error.emit(warning)
 
     @Slot(list, dict)
     def generate(self, messages: list[dict[str, str]], settings: dict[str, Any]) -> None:

@@ -9,6 +9,8 @@ and installs it on its own worker thread.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -40,8 +42,10 @@ from app.settings_dialog import SettingsDialog
 from app.storage import (
     AppSettings,
     ConversationStore,
+    StorageError,
     default_database_path,
     load_settings,
+    move_aside,
     save_settings,
 )
 from app.widgets.chat_view import ChatView
@@ -67,13 +71,15 @@ class MainWindow(QMainWindow):
         self.setWindowTitle("FlashChat")
         if ICON.is_file():
             self.setWindowIcon(QIcon(str(ICON)))
-        self.store = ConversationStore(db_path or default_database_path())
-        self.settings: AppSettings = load_settings(self.store)
+        self.db_path = db_path or default_database_path()
+        self.store, self.settings = self._open_store()
         self.conversation_id: int | None = None
         self.max_context = 0
         self.generating = False
         self.available_modes: list[str] = []
         self._build_ui()
+        if self.store.is_temporary:
+            self._show_storage_problem(self._store_problem)
         self._start_worker()
         self._start_library()
         if self.settings.window_geometry:
@@ -82,6 +88,64 @@ class MainWindow(QMainWindow):
             self.resize(1280, 800)
         self.model_bar.status.setText("Loading model…")
         self.request_load.emit(model_path, drafter_path)
+
+    # ---------------------------------------------------------------- history file
+    def _open_store(self) -> tuple[ConversationStore, AppSettings]:
+        """The history file and its settings; when the file cannot be used, a store in
+        memory (the window works, nothing is saved) and the reason, shown in the window."""
+        self._store_problem = ""
+        try:
+            store = ConversationStore(self.db_path)
+        except StorageError as exc:
+            self._store_problem = str(exc)
+            store = ConversationStore.temporary()
+        try:
+            return store, load_settings(store)
+        except StorageError as exc:
+            self._store_problem = self._store_problem or str(exc)
+            return store, AppSettings()
+
+    def _show_storage_problem(self, message: str) -> None:
+        """What is wrong with the history file, and (when it could not be opened) the way
+        out: move it aside and start a fresh one."""
+        unusable = self.store.is_temporary
+        if unusable:
+            message += "\nUntil then, chats in this window are not saved."
+        self.storage_label.setText(message)
+        self.storage_fresh_button.setVisible(unusable)
+        self.storage_banner.show()
+
+    @contextmanager
+    def _storage(self) -> Iterator[None]:
+        """Runs a step that reads or writes the history; a StorageError is shown in the
+        window instead of ending the step's caller."""
+        try:
+            yield
+        except StorageError as exc:
+            self._show_storage_problem(str(exc))
+
+    @Slot(object)
+    def _on_storage_failed(self, exc: StorageError) -> None:
+        self._show_storage_problem(str(exc))
+
+    @Slot()
+    def start_fresh_history(self) -> None:
+        """Move the unusable history file aside (nothing is deleted) and start a new one."""
+        if self.generating:
+            return
+        try:
+            aside = move_aside(self.db_path)
+            store = ConversationStore(self.db_path)
+            save_settings(store, self.settings)
+        except StorageError as exc:
+            self._show_storage_problem(str(exc))
+            return
+        self.store.close()
+        self.store = self.conversations.store = store
+        self.storage_banner.hide()
+        self.new_chat()
+        self.conversations.refresh()
+        self.statusBar().showMessage(f"Started a fresh history; the old file is now {aside}.")
 
     # ---------------------------------------------------------------- layout
     def _build_ui(self) -> None:
@@ -101,6 +165,22 @@ class MainWindow(QMainWindow):
             "QLabel { color: #ffffff; background: #c0392b; padding: 6px; border-radius: 4px; }"
         )
         self.error_label.hide()
+        self.storage_banner = QWidget(self)
+        self.storage_banner.setAccessibleName("History problem")
+        self.storage_banner.setStyleSheet(
+            "QWidget#storageBanner { background: #fdf2d0; border: 1px solid #e0b84c; "
+            "border-radius: 4px; } QLabel { color: #4a3b00; }"
+        )
+        self.storage_banner.setObjectName("storageBanner")
+        self.storage_label = QLabel(self.storage_banner)
+        self.storage_label.setWordWrap(True)
+        self.storage_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.storage_fresh_button = QPushButton("Move it aside and start fresh", self)
+        self.storage_fresh_button.setAccessibleName("Start a fresh history")
+        banner_row = QHBoxLayout(self.storage_banner)
+        banner_row.addWidget(self.storage_label, 1)
+        banner_row.addWidget(self.storage_fresh_button)
+        self.storage_banner.hide()
         self.prompt_edit = QPlainTextEdit(self)
         self.prompt_edit.setAccessibleName("Prompt")
         self.prompt_edit.setPlaceholderText("Message FlashChat…  (Ctrl+Enter sends, Esc stops)")
@@ -134,6 +214,7 @@ class MainWindow(QMainWindow):
         col = QVBoxLayout(center)
         col.setContentsMargins(0, 0, 0, 0)
         col.addWidget(self.model_bar)
+        col.addWidget(self.storage_banner)
         col.addWidget(self.error_label)
         col.addWidget(self.chat, 1)
         col.addWidget(self.context_note)
@@ -153,6 +234,8 @@ class MainWindow(QMainWindow):
         self.conversations.selected.connect(self.open_conversation)
         self.conversations.new_requested.connect(self.new_chat)
         self.conversations.deleted.connect(self._on_deleted)
+        self.conversations.storage_failed.connect(self._on_storage_failed)
+        self.storage_fresh_button.clicked.connect(self.start_fresh_history)
         self.chat.regenerate_requested.connect(self.regenerate)
         self.chat.edit_requested.connect(self.edit_message)
         self.chat.copied.connect(lambda _t: self.statusBar().showMessage("Copied", 2000))
@@ -284,33 +367,42 @@ class MainWindow(QMainWindow):
             return
         self.conversation_id = conversation_id
         self.chat.clear()
-        for msg in self.store.messages(conversation_id):
-            if msg.role != "system":
-                self.chat.add_message(msg.role, msg.content, msg.id, msg.stats)
-        last = next(
-            (m.stats for m in reversed(self.store.messages(conversation_id)) if m.stats), None
-        )
-        self._update_context(int(last.get("context_depth", 0)) if last else 0)
+        with self._storage():
+            messages = self.store.messages(conversation_id)
+            for msg in messages:
+                if msg.role != "system":
+                    self.chat.add_message(msg.role, msg.content, msg.id, msg.stats)
+            last = next((m.stats for m in reversed(messages) if m.stats), None)
+            self._update_context(int(last.get("context_depth", 0)) if last else 0)
 
     @Slot()
     def send(self) -> None:
         text = self.prompt_edit.toPlainText().strip()
         if not text or self.generating or not self.send_button.isEnabled():
             return
-        if self.conversation_id is None:
-            title = text.splitlines()[0][:60]
-            self.conversation_id = self.store.create_conversation(title).id
-            self.conversations.refresh()
-            self.conversations.select(self.conversation_id, emit=False)
-        message = self.store.add_message(self.conversation_id, "user", text)
+        try:
+            if self.conversation_id is None:
+                title = text.splitlines()[0][:60]
+                self.conversation_id = self.store.create_conversation(title).id
+                self.conversations.refresh()
+                self.conversations.select(self.conversation_id, emit=False)
+            message = self.store.add_message(self.conversation_id, "user", text)
+        except StorageError as exc:  # the typed text stays in the prompt
+            self._show_storage_problem(str(exc))
+            return
         self.chat.add_message("user", text, message.id)
         self.prompt_edit.clear()
         self._generate()
 
     def _generate(self) -> None:
+        try:
+            stored = self.store.messages(self.conversation_id)
+        except StorageError as exc:
+            self._show_storage_problem(str(exc))
+            return
         history = [
             {"role": m.role, "content": m.content}
-            for m in self.store.messages(self.conversation_id)
+            for m in stored
             if m.role in ("user", "assistant")
         ]
         if self.settings.system_prompt:
@@ -343,7 +435,11 @@ class MainWindow(QMainWindow):
     def regenerate(self, message_id: int) -> None:
         if self.generating or self.conversation_id is None:
             return
-        self.store.delete_messages_from(self.conversation_id, message_id)
+        try:
+            self.store.delete_messages_from(self.conversation_id, message_id)
+        except StorageError as exc:
+            self._show_storage_problem(str(exc))
+            return
         self.open_conversation(self.conversation_id)
         self._generate()
 
@@ -352,7 +448,11 @@ class MainWindow(QMainWindow):
         if self.generating or self.conversation_id is None:
             return
         text = self.chat.message_text(message_id)
-        self.store.delete_messages_from(self.conversation_id, message_id)
+        try:
+            self.store.delete_messages_from(self.conversation_id, message_id)
+        except StorageError as exc:
+            self._show_storage_problem(str(exc))
+            return
         self.open_conversation(self.conversation_id)
         self.prompt_edit.setPlainText(text)
         self.prompt_edit.setFocus()
@@ -362,7 +462,8 @@ class MainWindow(QMainWindow):
         dialog = SettingsDialog(self.settings, self)
         if dialog.exec():
             self.settings = dialog.result_settings()
-            save_settings(self.store, self.settings)
+            with self._storage():
+                save_settings(self.store, self.settings)
             self.chat.set_colour_draft(self.settings.colour_draft_tokens)
 
     def _on_auto_toggled(self, enabled: bool) -> None:
@@ -372,7 +473,8 @@ class MainWindow(QMainWindow):
         self.settings = replace(self.settings, forced_mode=mode)
         self.panel.set_auto(mode == "auto")
         self.panel.set_forced_mode(mode)
-        save_settings(self.store, self.settings)
+        with self._storage():
+            save_settings(self.store, self.settings)
 
     def _on_deleted(self, conversation_id: int) -> None:
         if conversation_id == self.conversation_id:
@@ -411,8 +513,11 @@ class MainWindow(QMainWindow):
         stats = {**stats, "reason": reason}
         message_id = -1
         if self.conversation_id is not None and text:
-            message_id = self.store.add_message(self.conversation_id, "assistant", text, stats).id
-            self.conversations.refresh()
+            with self._storage():
+                message_id = self.store.add_message(
+                    self.conversation_id, "assistant", text, stats
+                ).id
+                self.conversations.refresh()
         self.chat.finish_assistant(message_id, stats, reason)
         self.panel.generation_finished(stats)
         self._update_context(int(stats.get("context_depth", 0)))
@@ -453,7 +558,8 @@ class MainWindow(QMainWindow):
         self.library_view.close()
         geometry = bytes(self.saveGeometry().toBase64()).decode()
         self.settings = replace(self.settings, window_geometry=geometry)
-        save_settings(self.store, self.settings)
+        with self._storage():
+            save_settings(self.store, self.settings)
         self._thread.quit()
         self._library_thread.quit()
         self._thread.wait(10000)

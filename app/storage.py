@@ -32,6 +32,7 @@ DEFAULT_TITLE = "New chat"
 MAX_TITLE_CHARS = 200
 ROLES = ("system", "user", "assistant")
 FORCED_MODES = ("auto", "ar", "dflash2", "mtp", "lookup")
+MEMORY = ":memory:"
 _FTS_MIN_QUERY = 3  # the trigram tokenizer cannot match shorter strings
 
 # Statements, not a script: executescript() would COMMIT the surrounding transaction.
@@ -118,6 +119,10 @@ def clean_title(title: str) -> str:
     return title or DEFAULT_TITLE
 
 
+def _decode_text(raw: bytes) -> str:
+    return raw.decode("utf-8", errors="replace")
+
+
 def _escape_like(text: str) -> str:
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
@@ -158,6 +163,9 @@ class ConversationStore:
             self._conn = sqlite3.connect(self.path, isolation_level=None, timeout=2.0)
         except (OSError, sqlite3.Error) as exc:
             raise self._error("could not be opened", exc) from exc
+        # Text that is not UTF-8 (written by another tool, or a damaged page) is shown with
+        # replacement characters rather than making its whole conversation unreadable.
+        self._conn.text_factory = _decode_text
         try:
             self._open()
         except BaseException:
@@ -405,6 +413,16 @@ class ConversationStore:
                 rows.items(),
             )
 
+    @classmethod
+    def temporary(cls) -> ConversationStore:
+        """A store in memory: the app keeps working (nothing is saved) while the history file
+        cannot be used."""
+        return cls(Path(MEMORY))
+
+    @property
+    def is_temporary(self) -> bool:
+        return str(self.path) == MEMORY
+
     def close(self) -> None:
         """Closes the connection (idempotent); the WAL is checkpointed into the main file."""
         self._conn.close()
@@ -484,6 +502,27 @@ def save_settings(store: ConversationStore, settings: AppSettings) -> None:
     store._write_setting_rows(
         {field.name: json.dumps(getattr(settings, field.name)) for field in fields(AppSettings)}
     )
+
+
+def move_aside(path: Path) -> Path:
+    """Rename a history file that cannot be used (with its ``-wal`` and ``-shm`` files) to
+    ``NAME.unusable-YYYYmmdd-HHMMSS``, so a fresh one can start; nothing is deleted. Returns
+    the new name of the main file."""
+    path = Path(path)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    aside = path.with_name(f"{path.name}.unusable-{stamp}")
+    n = 1
+    while aside.exists():
+        n += 1
+        aside = path.with_name(f"{path.name}.unusable-{stamp}-{n}")
+    try:
+        for suffix in ("-wal", "-shm", ""):  # the main file last: it names the set
+            companion = path.with_name(path.name + suffix)
+            if companion.exists():
+                companion.rename(aside.with_name(aside.name + suffix))
+    except OSError as exc:
+        raise StorageError(f"Could not move {path} aside ({exc}); move it by hand.") from exc
+    return aside
 
 
 def default_database_path() -> Path:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine_mlx.chat import ChatFormatter
+from engine_mlx.chat import ChatFormatter, check_messages
 from engine_mlx.companions import NO_DRAFTER, Companions, shipped_companions
 from engine_mlx.decoding.dflash_drafter import DFlashDrafter
 from engine_mlx.decoding.draft_vocab import load_draft_vocab
@@ -159,7 +159,7 @@ def encode_prompt(
     """Text or messages -> ids. ``chat=None`` uses the template when the model has one."""
     formatter = ChatFormatter(target.tokenizer)
     if isinstance(prompt, list):
-        messages = list(prompt)
+        messages = check_messages(list(prompt))
         if system and not any(m.get("role") == "system" for m in messages):
             messages.insert(0, {"role": "system", "content": system})
         return formatter.encode_messages(messages)

@@ -14,6 +14,29 @@ from typing import Any
 from engine_mlx.errors import ChatTemplateError
 
 Message = dict[str, str]
+ROLES = ("system", "user", "assistant")
+
+
+def check_messages(messages: object) -> list[Message]:
+    """``messages`` when it is a list of ``{"role": ROLE, "content": TEXT}`` objects with a
+    known role; ChatTemplateError saying which message is wrong otherwise."""
+    if not isinstance(messages, list):
+        raise ChatTemplateError(
+            f"Chat messages must be a JSON list of objects, not {type(messages).__name__}."
+        )
+    for n, msg in enumerate(messages, 1):
+        if not isinstance(msg, dict) or "role" not in msg or "content" not in msg:
+            raise ChatTemplateError(
+                f"Message {n} needs a 'role' and a 'content'; got {str(msg)[:80]!r}."
+            )
+        if msg["role"] not in ROLES:
+            raise ChatTemplateError(
+                f"Message {n} has the role {str(msg['role'])[:40]!r}; use one of "
+                f"{', '.join(ROLES)}."
+            )
+        if not isinstance(msg["content"], str):
+            raise ChatTemplateError(f"Message {n}: 'content' must be text.")
+    return messages
 
 
 class ChatFormatter:
@@ -33,11 +56,7 @@ class ChatFormatter:
                 "This model has no chat template (tokenizer_config.json has no "
                 "chat_template); use a raw prompt (--raw) or an instruction-tuned model."
             )
-        for msg in messages:
-            if not isinstance(msg, dict) or "role" not in msg or "content" not in msg:
-                raise ChatTemplateError(
-                    f"Each message needs a 'role' and a 'content'; got {msg!r}."
-                )
+        messages = check_messages(list(messages))
         try:
             ids = self.tokenizer.apply_chat_template(
                 list(messages), add_generation_prompt=True, tokenize=True

@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 
 from engine_mlx.backend import backend_info
+from engine_mlx.chat import check_messages
 from engine_mlx.errors import EngineError
 from engine_mlx.session import MODES, GenerationConfig
 from engine_mlx.training.commands import COMMANDS as TRAINING_COMMANDS
@@ -220,6 +221,9 @@ def main(argv: list[str] | None = None) -> int:
     except EngineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("\nCancelled.", file=sys.stderr)
+        return 130
 
 
 def speculators_from_args(args: argparse.Namespace, target):
@@ -248,16 +252,29 @@ def read_prompt(args: argparse.Namespace) -> str | list[dict[str, str]]:
     """Prompt text, or chat messages when --prompt-file holds a JSON list."""
     if args.prompt is not None:
         return args.prompt
+    name = args.prompt_file.name
     try:
         text = args.prompt_file.read_text(encoding="utf-8")
     except OSError as exc:
         raise EngineError(f"cannot read prompt file {args.prompt_file}: {exc}") from exc
-    if text.lstrip().startswith("["):
+    except UnicodeDecodeError as exc:
+        raise EngineError(
+            f"{name} is not UTF-8 text (byte {exc.start}): save it as UTF-8 and try again."
+        ) from exc
+    if text.lstrip().startswith(("[", "{")):
         try:
-            messages = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise EngineError(f"{args.prompt_file.name} is not valid JSON: {exc}") from exc
-        return messages
+            data = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            if text.lstrip().startswith("{"):
+                return text  # prose or code that starts with a brace
+            raise EngineError(f"{name} is not valid JSON: {exc}") from exc
+        if not isinstance(data, list):
+            raise EngineError(
+                f"{name} holds a JSON object; a prompt file is plain text or a JSON list of "
+                'chat messages ([{"role": "user", "content": "..."}]). To send JSON as text, '
+                "pass it with --prompt."
+            )
+        return check_messages(data)
     return text
 
 
@@ -307,4 +324,4 @@ def _generate(args: argparse.Namespace) -> int:
                 return 2
     finally:
         signal.signal(signal.SIGINT, previous)
-    return 0
+    return 130 if cancel.is_set() else 0  # Ctrl+C: the shell's "interrupted", as `pull` does

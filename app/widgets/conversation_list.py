@@ -15,7 +15,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.storage import Conversation, ConversationStore
+from app.storage import Conversation, ConversationStore, StorageError
 
 
 class ConversationList(QWidget):
@@ -24,6 +24,7 @@ class ConversationList(QWidget):
     selected = Signal(int)  # conversation id
     new_requested = Signal()
     deleted = Signal(int)
+    storage_failed = Signal(object)  # StorageError: the window shows it; the list keeps going
 
     def __init__(self, store: ConversationStore, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -52,7 +53,11 @@ class ConversationList(QWidget):
 
     def refresh(self, *_: object) -> None:
         query = self.search_box.text().strip()
-        items = self.store.search(query) if query else self.store.list_conversations()
+        try:
+            items = self.store.search(query) if query else self.store.list_conversations()
+        except StorageError as exc:
+            self.storage_failed.emit(exc)
+            return
         current = self.current_id()
         self.list.blockSignals(True)
         self.list.clear()
@@ -104,7 +109,10 @@ class ConversationList(QWidget):
             new_title, ok = QInputDialog.getText(self, "Rename chat", "Title:", text=old_title)
             if not ok:
                 return
-        self.store.rename_conversation(conv_id, new_title)
+        try:
+            self.store.rename_conversation(conv_id, new_title)
+        except StorageError as exc:
+            self.storage_failed.emit(exc)
         self.refresh()
 
     def delete(self, conv_id: int, title: str, confirm: bool = True) -> None:
@@ -114,6 +122,10 @@ class ConversationList(QWidget):
             )
             if answer != QMessageBox.StandardButton.Yes:
                 return
-        self.store.delete_conversation(conv_id)
+        try:
+            self.store.delete_conversation(conv_id)
+        except StorageError as exc:
+            self.storage_failed.emit(exc)
+            return
         self.refresh()
         self.deleted.emit(conv_id)

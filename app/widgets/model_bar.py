@@ -1,39 +1,30 @@
 """The model picker: target, DFlash drafter and MTP head, showing what is really loaded.
 
-Choices come from the library folder: a sub-folder with a ``config.json`` is a target, or a
-drafter when its config names ``DFlashDraftModel`` (folders starting with a dot are downloads
-and imports in progress). "Library…" opens the model library. Nothing changes until the worker
+Choices come from the library's own listing (``catalog.list_installed``): the models and
+drafters that would load; one the library marks as broken is shown there, with the reason,
+not offered here. "Library…" opens the model library. Nothing changes until the worker
 reports the model loaded; until then the bar says "Loading…".
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QPushButton, QWidget
 
 from engine_mlx.companions import NO_DRAFTER
-from engine_mlx.paths import models_dir
+from engine_mlx.library.catalog import list_installed
 
 
-def scan_library(root: Path | None = None) -> tuple[list[Path], list[Path]]:
-    """(targets, drafters) found under the library folder."""
-    root = root or models_dir()
-    targets, drafters = [], []
-    if not root.is_dir():
-        return targets, drafters
-    for folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        cfg = folder / "config.json"
-        if not cfg.is_file():
-            continue
-        try:
-            arch = json.loads(cfg.read_text(encoding="utf-8")).get("architectures") or []
-        except (OSError, json.JSONDecodeError):
-            continue
-        (drafters if "DFlashDraftModel" in arch else targets).append(folder)
-    return targets, drafters
+def scan_library(root: Path | None = None) -> tuple[list[Path], list[Path], list[str]]:
+    """(targets, drafters) of the library that would load, and a line for each installed
+    folder that would not (name: reason)."""
+    models = list_installed(root)
+    usable = [m for m in models if not m.problem]
+    targets = [m.path for m in usable if m.kind == "target"]
+    drafters = [m.path for m in usable if m.kind == "drafter"]
+    return targets, drafters, [f"{m.name}: {m.problem}" for m in models if m.problem]
 
 
 class ModelBar(QWidget):
@@ -66,10 +57,6 @@ class ModelBar(QWidget):
         layout.addWidget(self.status, 1)
         self.library_button = QPushButton("Library…", self)
         self.library_button.setAccessibleName("Model library")
-        self.library_button.setToolTip(
-            "Installed models, downloads and pairings. Drop a Hugging Face link, a model folder "
-            "or a .gguf file onto the window to add one."
-        )
         self.library_button.clicked.connect(self.library_requested)
         layout.addWidget(self.library_button)
         self.refresh()
@@ -77,7 +64,8 @@ class ModelBar(QWidget):
         self.drafter_box.activated.connect(self._request)
 
     def refresh(self, extra_target: str = "", extra_drafter: str = "") -> None:
-        targets, drafters = scan_library()
+        targets, drafters, problems = scan_library()
+        self._show_library_problems(problems)
         paths = [str(p) for p in targets]
         if extra_target and extra_target not in paths:
             paths.insert(0, extra_target)
@@ -91,6 +79,20 @@ class ModelBar(QWidget):
         self.drafter_box.addItem("No drafter", NO_DRAFTER)  # even where one is shipped
         for path in dpaths:
             self.drafter_box.addItem(Path(path).name, path)
+
+    def _show_library_problems(self, problems: list[str]) -> None:
+        """A broken model in the library is named on the Library button, so it is noticed
+        and removed there, instead of silently missing from the list."""
+        self.library_button.setText(
+            f"Library… ({len(problems)} will not load)" if problems else "Library…"
+        )
+        tip = (
+            "Installed models, downloads and pairings. Drop a Hugging Face link, a model folder "
+            "or a .gguf file onto the window to add one."
+        )
+        if problems:
+            tip += "\n\nWill not load (open the Library to remove):\n" + "\n".join(problems)
+        self.library_button.setToolTip(tip)
 
     def _request(self, *_: object) -> None:
         self.status.setText("Loading…")

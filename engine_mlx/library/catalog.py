@@ -8,9 +8,7 @@ the view says "fits" exactly when loading would succeed, and gives the same reas
 
 from __future__ import annotations
 
-import json
 import shutil
-import struct
 import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -19,6 +17,7 @@ from typing import Any
 from engine_mlx.errors import EngineError, ModelLoadError
 from engine_mlx.library.hub import DRAFTER_ARCHITECTURE
 from engine_mlx.library.manifest import MANIFEST_NAME, partial_root, read_json, read_manifest
+from engine_mlx.models.loading import read_safetensors_header
 from engine_mlx.paths import models_dir
 
 GGUF_MARKER = "flashchat_import.json"
@@ -87,30 +86,13 @@ class Suggestion:
     reason: str
 
 
-def read_safetensors_header(file: Path) -> dict[str, Any]:
-    """The JSON header of a safetensors file (tensor names, dtypes, shapes)."""
-    with file.open("rb") as fh:
-        raw = fh.read(8)
-        if len(raw) < 8:
-            raise ModelLoadError(f"{file.name} is not a safetensors file (too short).")
-        (length,) = struct.unpack("<Q", raw)
-        if length > 100 << 20:
-            raise ModelLoadError(f"{file.name} is not a safetensors file (bad header).")
-        try:
-            header = json.loads(fh.read(length))
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise ModelLoadError(f"{file.name}: corrupt safetensors header ({exc}).") from exc
-    header.pop("__metadata__", None)
-    return header
-
-
 def mtp_tensors(files: list[Path]) -> dict[str, list[int]]:
     """``mtp.*`` tensor name (prefix stripped) -> shape, over ``files``."""
     out = {}
     for file in files:
         for key, info in read_safetensors_header(file).items():
             if key.startswith("mtp.") or ".mtp." in key:
-                out[key[key.index("mtp.") + 4 :]] = list(info.get("shape", []))
+                out[key[key.index("mtp.") + 4 :]] = list(info["shape"])
     return out
 
 
@@ -131,7 +113,14 @@ def _quantization(config: dict[str, Any], weights: list[Path] = ()) -> str:
 
 
 def _size(folder: Path) -> int:
-    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    try:
+        return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    except OSError:
+        return 0
+
+
+def _common(folder: Path, source: str) -> dict[str, Any]:
+    return {"name": folder.name, "path": folder, "size_bytes": _size(folder), "source": source}
 
 
 def _source(folder: Path) -> tuple[str, str]:
@@ -155,7 +144,7 @@ def describe(folder: Path) -> InstalledModel | None:
     from engine_mlx.models.loading import read_config, text_config, validate_model_folder
 
     source, repo_id = _source(folder)
-    common = {"name": folder.name, "path": folder, "size_bytes": _size(folder), "source": source}
+    common = _common(folder, source)
     if not (folder / "config.json").is_file():
         files = sorted(folder.glob("*.safetensors"))
         try:
@@ -164,7 +153,7 @@ def describe(folder: Path) -> InstalledModel | None:
             tensors = {}
         if not tensors:
             return None
-        hidden = tensors.get("fc.weight", [0])[0]
+        hidden = (tensors.get("fc.weight") or [0])[0]
         return InstalledModel(
             **common,
             kind="mtp",
@@ -269,7 +258,10 @@ def list_installed(root: Path | None = None) -> list[InstalledModel]:
     for folder in sorted(root.iterdir(), key=lambda p: p.name.lower()):
         if folder.name.startswith(".") or not folder.is_dir():
             continue
-        model = describe(folder)
+        try:
+            model = describe(folder)
+        except (EngineError, OSError) as exc:  # unreadable: listed with the reason, not fatal
+            model = _broken(_common(folder, "placed by hand"), "", str(exc))
         if model is not None:
             out.append(model)
     return out

@@ -36,12 +36,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from engine_mlx.errors import EngineError
+from engine_mlx.errors import EngineError, ModelLoadError
+from engine_mlx.library.classify import classify_folder
 from engine_mlx.library.hub import (
     HubError,
     InsufficientResourcesError,
     RemoteFile,
     RepoPlan,
+    UnsupportedRepoError,
     hub_endpoint,
     hub_errors,
     inspect_repo,
@@ -63,7 +65,8 @@ from engine_mlx.library.progress import (
     ProgressReporter,
     check_cancel,
 )
-from engine_mlx.library.sources import HubSource
+from engine_mlx.library.safe_paths import UnsafePathError, inside, is_commit, is_safe_relative
+from engine_mlx.library.sources import HubSource, is_valid_repo_id
 from engine_mlx.library.units import human_bytes
 from engine_mlx.paths import models_dir
 
@@ -107,7 +110,13 @@ def repo_key(repo_id: str) -> str:
 
 
 def staging_dir(root: Path, repo_id: str, commit: str) -> Path:
-    return partial_root(root) / f"{repo_key(repo_id)}@{commit[:12]}"
+    """Where a download of ``repo_id`` at ``commit`` is put together; both names are checked
+    (they come from the hub, or from a saved state file) before they become a path."""
+    if not is_valid_repo_id(repo_id):
+        raise UnsafePathError(f"{repo_id[:100]!r} is not a valid model name; nothing written.")
+    if not is_commit(commit):
+        raise HubError(f"{str(commit)[:60]!r} is not a commit id; nothing was downloaded.")
+    return inside(partial_root(root), f"{repo_key(repo_id)}@{commit[:12]}")
 
 
 def find_installed(root: Path, repo_id: str) -> Path | None:
@@ -179,6 +188,7 @@ def download(
 
     options = options or DownloadOptions()
     root = Path(root) if root is not None else models_dir()
+    staging_dir(root, plan.repo_id, plan.commit)  # refuses names that are not safe first
     installed = find_installed(root, plan.repo_id)
     if installed is not None and (read_manifest(installed) or {}).get("commit") == plan.commit:
         return installed
@@ -220,9 +230,9 @@ class _Download:
     # ------------------------------------------------------------------ the whole download
     def run(self) -> Path:
         self._discard_other_commits()
+        self._check_disk()  # before the staging folder exists: a refusal leaves nothing
         self.staging.mkdir(parents=True, exist_ok=True)
         state = self._load_state()
-        self._check_disk()
         for remote in self.plan.files:
             check_cancel(self.cancel, self._cancel_message())
             if remote.path in state["verified"] and self._final(remote).is_file():
@@ -274,7 +284,7 @@ class _Download:
 
     def _check_disk(self) -> None:
         needed = sum(max(f.size - self._on_disk(f), 0) for f in self.plan.files)
-        free = shutil.disk_usage(self.staging).free
+        free = shutil.disk_usage(partial_root(self.root)).free
         if free - needed < self.options.reserve_bytes:
             raise InsufficientResourcesError(
                 f"Not enough disk space for {self.plan.repo_id}: {human_bytes(needed)} still to "
@@ -284,7 +294,9 @@ class _Download:
             )
 
     def _final(self, remote: RemoteFile) -> Path:
-        return self.staging / remote.path
+        if not is_safe_relative(remote.path):
+            raise UnsafePathError(f"Refused the file name {remote.path[:100]!r} from the hub.")
+        return inside(self.staging, *remote.path.split("/"))
 
     def _partial(self, remote: RemoteFile) -> Path:
         final = self._final(remote)
@@ -435,6 +447,7 @@ class _Download:
     def _install(self) -> Path:
         self.reporter.emit(force=True, phase="installing")
         plan = self.plan
+        self._check_usable()
         name = install_name(self.root, plan.repo_id)
         write_manifest(
             self.staging,
@@ -454,10 +467,25 @@ class _Download:
             },
         )
         (self.staging / STATE_NAME).unlink(missing_ok=True)
-        target = self.root / name
+        target = inside(self.root, name)
         replace_folder(self.staging, target)
         self.reporter.emit(force=True, phase="installed")
         return target
+
+
+    def _check_usable(self) -> None:
+        """Every file is the publisher's, but is the whole a model that loads? A broken
+        repository is refused here, so the library never lists what it cannot run."""
+        try:
+            kind, _files = classify_folder(self.staging)
+            if kind != self.plan.kind:
+                raise ModelLoadError(f"it holds a {kind}, not the {self.plan.kind} it listed")
+        except ModelLoadError as exc:
+            shutil.rmtree(self.staging, ignore_errors=True)
+            raise UnsupportedRepoError(
+                f"{self.plan.repo_id} was downloaded but cannot be used ({exc}). It was not "
+                "installed and its files were deleted; the repository itself is broken."
+            ) from exc
 
 
 def replace_folder(new: Path, target: Path) -> None:
@@ -481,18 +509,22 @@ def pending_downloads(root: Path | None = None) -> list[PendingDownload]:
         return out
     for folder in sorted(base.iterdir()):
         state = read_json(folder / STATE_NAME) if folder.is_dir() else None
-        if not state or not state.get("repo_id") or not state.get("commit"):
+        repo_id, commit = (state or {}).get("repo_id"), (state or {}).get("commit")
+        if not isinstance(repo_id, str) or not is_valid_repo_id(repo_id) or not is_commit(commit):
+            continue  # not a state file this version wrote: never resumed from
+        try:
+            on_disk = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+            on_disk -= (folder / STATE_NAME).stat().st_size
+        except OSError:
             continue
-        on_disk = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
-        on_disk -= (folder / STATE_NAME).stat().st_size
         out.append(
             PendingDownload(
-                repo_id=state["repo_id"],
-                revision=state.get("revision"),
-                commit=state["commit"],
+                repo_id=repo_id,
+                revision=revision if isinstance(revision := state.get("revision"), str) else None,
+                commit=commit,
                 path=folder,
                 bytes_on_disk=max(on_disk, 0),
-                total=int(state.get("total") or 0),
+                total=total if isinstance(total := state.get("total"), int) else 0,
             )
         )
     return out

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -24,16 +25,27 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from engine_mlx.errors import EngineError, ModelLoadError
+from engine_mlx.library.safe_paths import is_commit, is_safe_relative
 from engine_mlx.library.sources import HubSource
 from engine_mlx.library.units import human_bytes
-from engine_mlx.models.loading import TOKENIZER_FILES, check_architecture, text_config
+from engine_mlx.models.loading import (
+    TOKENIZER_FILES,
+    check_architecture,
+    target_sizes,
+    text_config,
+)
+from engine_mlx.models.metadata import check_config
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
+_SHA256 = re.compile(r"^[0-9a-fA-F]{64}$")
+_GIT_OID = re.compile(r"^[0-9a-fA-F]{40}$")
 DRAFTER_ARCHITECTURE = "DFlashDraftModel"
 ESTIMATE_CONTEXT = 8192
 """Memory estimates budget the context cache of an 8k-token conversation (or the model's
 whole context when it is shorter): enough to chat, without assuming the maximum."""
 RUNTIME_OVERHEAD = 400 * 1000**2
+LOGIT_ROWS = 64
+"""Rows of logits a step may hold at once: the widest draft tree the engine verifies."""
 """MLX, the tokenizer and activations: measured around 300-400 MB for small models."""
 
 TARGET_EXTRA_FILES = (
@@ -173,13 +185,31 @@ def hub_errors(repo_id: str, endpoint: str, revision: str | None = None) -> Iter
     except OfflineModeIsEnabled as exc:
         raise HubError("HF_HUB_OFFLINE is set: unset it to download models.") from exc
     except HfHubHTTPError as exc:
-        status = exc.response.status_code if exc.response is not None else "?"
-        raise HubError(f"{host} refused ({status}) for {repo_id}; try again later.") from exc
+        status = exc.response.status_code if exc.response is not None else 0
+        raise HubError(_status_message(status, repo_id, host)) from exc
     except httpx.HTTPError as exc:
         raise HubError(
             f"Cannot reach {host} ({type(exc).__name__}: {exc}). Check the network connection "
             "(or HF_ENDPOINT), then try again; finished files are kept."
         ) from exc
+
+
+def _status_message(status: int, repo_id: str, host: str) -> str:
+    """What an HTTP status the client did not classify means for the person downloading."""
+    if status == 404:
+        return (
+            f"No model {repo_id} on {host}: check the name (ORG/NAME, as in the model's link)."
+        )
+    if status in (401, 403):
+        return (
+            f"{host} refused access to {repo_id} ({status}): it is private or gated; log in "
+            "with `hf auth login` and accept its licence on its page, then try again."
+        )
+    if status == 429:
+        return f"{host} is rate-limiting downloads (429): wait a few minutes, then try again."
+    if status >= 500:
+        return f"{host} had a server error ({status}) for {repo_id}: try again later."
+    return f"{host} refused ({status or 'no status'}) for {repo_id}; try again later."
 
 
 def _api(endpoint: str, token: str | bool | None):
@@ -200,10 +230,12 @@ def _read_remote_json(
     hf_raise_for_status(response)
     try:
         data = json.loads(response.content)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise UnsupportedRepoError(f"{repo_id}/{filename} is not valid JSON: {exc}") from exc
-    if not isinstance(data, dict):
-        raise UnsupportedRepoError(f"{repo_id}/{filename} is not a JSON object.")
+    try:
+        data = check_config(data, f"{repo_id}/{filename}")
+    except ModelLoadError as exc:
+        raise UnsupportedRepoError(f"{exc} Nothing was downloaded.") from exc
     return data, response.content
 
 
@@ -215,27 +247,56 @@ def list_files(
     token: str | bool | None = None,
 ) -> tuple[str, list[RemoteFile]]:
     """(commit, files) of a repository at ``revision``, listed at that pinned commit."""
-    from huggingface_hub.hf_api import RepoFile
-
     endpoint = endpoint or hub_endpoint()
     api = _api(endpoint, token)
+    host = urlsplit(endpoint).netloc or endpoint
     with hub_errors(repo_id, endpoint, revision):
-        info = api.model_info(repo_id, revision=revision)
-        commit = info.sha or revision
-        if not commit:
-            raise HubError(f"{endpoint} did not say which commit {repo_id} is at.")
-        tree = api.list_repo_tree(repo_id, revision=commit, recursive=True)
-        files = [
-            RemoteFile(
-                path=item.path,
-                size=int(item.size),
-                sha256=item.lfs.sha256 if item.lfs else None,
-                git_oid=None if item.lfs else item.blob_id,
-            )
-            for item in tree
-            if isinstance(item, RepoFile)
-        ]
-    return commit, files
+        try:
+            info = api.model_info(repo_id, revision=revision)
+            commit = info.sha or (revision if is_commit(revision) else None)
+            if not is_commit(commit):
+                raise HubError(
+                    f"{host} answered for {repo_id} without a valid commit id "
+                    f"({str(commit)[:60]!r}); nothing was downloaded. Try again later."
+                )
+            tree = api.list_repo_tree(repo_id, revision=commit, recursive=True)
+            files = [_remote_file(item, repo_id, host) for item in tree if _is_file(item)]
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise HubError(
+                f"{host} answered for {repo_id} with something that is not a hub listing "
+                f"({type(exc).__name__}); nothing was downloaded. Check HF_ENDPOINT."
+            ) from exc
+    return commit, [f for f in files if f is not None]
+
+
+def _is_file(item: object) -> bool:
+    from huggingface_hub.hf_api import RepoFile
+
+    return isinstance(item, RepoFile)
+
+
+def _remote_file(item, repo_id: str, host: str) -> RemoteFile | None:
+    """One listed file, its size and hash checked; None for a name that is not a safe
+    relative path (never downloaded: it could point outside the library)."""
+    if not is_safe_relative(item.path):
+        return None
+    size = item.size
+    sha256 = item.lfs.sha256 if item.lfs else None
+    git_oid = None if item.lfs else item.blob_id
+    valid = (
+        isinstance(size, int)
+        and not isinstance(size, bool)
+        and 0 <= size < 1 << 50
+        and (sha256 is None or _SHA256.match(str(sha256)))
+        and (git_oid is None or _GIT_OID.match(str(git_oid)))
+        and (sha256 or git_oid)
+    )
+    if not valid:
+        raise HubError(
+            f"{host} listed {item.path[:80]} of {repo_id} with an invalid size or hash; "
+            "nothing was downloaded. Try again later."
+        )
+    return RemoteFile(path=item.path, size=size, sha256=sha256, git_oid=git_oid)
 
 
 def inspect_repo(
@@ -295,11 +356,12 @@ def _target_plan(
     source: HubSource, commit: str, endpoint: str, root: dict[str, RemoteFile], config: dict
 ) -> RepoPlan:
     repo_id = source.repo_id
-    model_type = str(config.get("model_type", ""))
-    if not model_type:
+    model_type = config.get("model_type")
+    if model_type is None:
         raise UnsupportedRepoError(f"{repo_id}: config.json has no model_type.")
     try:
         check_architecture(model_type, repo_id)
+        target_sizes(config, f"{repo_id}/config.json")
     except ModelLoadError as exc:
         raise UnsupportedRepoError(f"{exc} Nothing was downloaded.") from exc
     weights = [f for n, f in root.items() if n.startswith("model") and n.endswith(".safetensors")]
@@ -373,12 +435,21 @@ def _mtp_plan(
         raise UnsupportedRepoError(
             f"{repo_id} has no config.json and no weights: it is not a model repository."
         )
+    from huggingface_hub.errors import SafetensorsParsingError
+
     api = _api(endpoint, token)
     heads = []
     with hub_errors(repo_id, endpoint, source.revision):
         for f in candidates:
-            meta = api.parse_safetensors_file_metadata(repo_id, f.path, revision=commit)
-            if any(key.startswith("mtp.") or ".mtp." in key for key in meta.tensors):
+            try:
+                meta = api.parse_safetensors_file_metadata(repo_id, f.path, revision=commit)
+                keys = list(meta.tensors)
+            except (SafetensorsParsingError, KeyError, TypeError, ValueError) as exc:
+                raise UnsupportedRepoError(
+                    f"{repo_id}/{f.path} is not a readable safetensors file ({exc}). Nothing "
+                    "was downloaded."
+                ) from exc
+            if any(key.startswith("mtp.") or ".mtp." in key for key in keys):
                 heads.append(f)
     if not heads:
         raise UnsupportedRepoError(
@@ -412,11 +483,14 @@ def attention_layers(tc: dict[str, Any]) -> int:
 
 def estimate_memory(config: dict[str, Any], weight_bytes: int) -> int:
     """Bytes needed to run: the weights as stored (MLX maps them as they are, quantized or
-    not), a float16 key/value cache for ``ESTIMATE_CONTEXT`` tokens, and the runtime."""
+    not), a float16 key/value cache for ``ESTIMATE_CONTEXT`` tokens, the float32 logits of a
+    verify forward (``LOGIT_ROWS`` rows of the vocabulary, with the sampler's copy) and the
+    runtime."""
     tc = text_config(config)
+    logits = 2 * LOGIT_ROWS * int(tc.get("vocab_size") or 0) * 4
     heads = int(tc.get("num_attention_heads") or 1)
     kv_heads = int(tc.get("num_key_value_heads") or heads)
     head_dim = int(tc.get("head_dim") or int(tc.get("hidden_size") or 0) // max(heads, 1))
     context = min(int(tc.get("max_position_embeddings") or 4096), ESTIMATE_CONTEXT)
     kv_bytes = 2 * attention_layers(tc) * kv_heads * head_dim * 2 * context
-    return int(weight_bytes * 1.05) + kv_bytes + RUNTIME_OVERHEAD
+    return int(weight_bytes * 1.05) + kv_bytes + logits + RUNTIME_OVERHEAD

@@ -17,44 +17,16 @@ import time
 import uuid
 from pathlib import Path
 
-from engine_mlx.errors import EngineError, ModelLoadError
+from engine_mlx.errors import EngineError
 from engine_mlx.library.catalog import mtp_tensors
+from engine_mlx.library.classify import classify_folder
 from engine_mlx.library.download import replace_folder
-from engine_mlx.library.hub import DRAFTER_ARCHITECTURE, TARGET_EXTRA_FILES
 from engine_mlx.library.manifest import partial_root, write_manifest
 from engine_mlx.library.progress import ProgressCallback, ProgressReporter, check_cancel
 from engine_mlx.library.sources import SourceError
 from engine_mlx.paths import models_dir
 
 COPY_BLOCK = 8 * 1024 * 1024
-
-
-def classify_folder(folder: Path) -> tuple[str, list[Path]]:
-    """(kind, files to copy) for a folder, or the ModelLoadError that loading would raise."""
-    from engine_mlx.models.loading import check_safetensors, read_config, validate_model_folder
-
-    if not (folder / "config.json").is_file():
-        weights = sorted(folder.glob("*.safetensors"))
-        if weights and mtp_tensors(weights):
-            for file in weights:
-                check_safetensors(file)
-            return "mtp", weights
-        validate_model_folder(folder)  # raises the loader's own "config.json is missing"
-    config = read_config(folder)
-    if DRAFTER_ARCHITECTURE in (config.get("architectures") or []):
-        from engine_mlx.models.dflash import DFlashConfig
-
-        DFlashConfig.from_dict(config, f"{folder.name}/config.json")
-        weights = sorted(folder.glob("*.safetensors"))
-        if not weights:
-            raise ModelLoadError(f"{folder.name}: a DFlash drafter without .safetensors weights.")
-        for file in weights:
-            check_safetensors(file)
-        return "drafter", [folder / "config.json", *weights]
-    validate_model_folder(folder)
-    files = sorted(folder.glob("model*.safetensors"))
-    files += [folder / n for n in TARGET_EXTRA_FILES if (folder / n).is_file()]
-    return "target", sorted(set(files))
 
 
 def install_folder(
@@ -118,10 +90,21 @@ def import_gguf_file(
         reporter.total = reporter.file_size = total
         reporter.advance(done - reporter.done)
 
-    out = import_gguf(gguf, root / gguf.stem, progress=on_tensor)
+    out = import_gguf(gguf, _import_folder(root, gguf.stem), progress=on_tensor)
     reporter.file_finished()
     reporter.emit(force=True, phase="installed")
     return out
+
+
+def _import_folder(root: Path, stem: str) -> Path:
+    """``root/STEM``, or ``root/STEM-gguf`` when a model that is no GGUF import already has
+    that name (the importer never replaces such a folder)."""
+    from engine_mlx.models.gguf.importer import MARKER_NAME
+
+    folder = root / stem
+    if folder.exists() and not (folder / MARKER_NAME).is_file():
+        return root / f"{stem}-gguf"
+    return folder
 
 
 def _copy_in(

@@ -25,6 +25,8 @@ from mlx_lm.models.qwen3 import MLP
 from mlx_lm.models.rope_utils import initialize_rope
 
 from engine_mlx.errors import ModelLoadError
+from engine_mlx.models.loading import check_safetensors, read_config
+from engine_mlx.models.metadata import check_config
 from engine_mlx.models.weights import weight_mismatch
 
 
@@ -54,6 +56,7 @@ class DFlashConfig:
 
     @classmethod
     def from_dict(cls, cfg: dict[str, Any], where: str = "config.json") -> DFlashConfig:
+        check_config(cfg, where)
         try:
             dflash = cfg.get("dflash_config") or {}
             n_layers = int(cfg["num_hidden_layers"])
@@ -255,16 +258,10 @@ def load_dflash(path: str | Path) -> DFlashModel:
     cfg_file = folder / "config.json"
     if not cfg_file.is_file():
         raise ModelLoadError(f"{folder.name}: config.json is missing; is this a drafter folder?")
-    try:
-        raw = json.loads(cfg_file.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ModelLoadError(f"{folder.name}/config.json is not valid JSON: {exc}") from exc
-    cfg = DFlashConfig.from_dict(raw, f"{folder.name}/config.json")
+    cfg = DFlashConfig.from_dict(read_config(folder), f"{folder.name}/config.json")
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         raise ModelLoadError(f"{folder.name}: no .safetensors weights found.")
-    from engine_mlx.models.loading import check_safetensors
-
     weights: dict[str, mx.array] = {}
     for file in files:
         check_safetensors(file)

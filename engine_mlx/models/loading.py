@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from engine_mlx.errors import ModelLoadError
+from engine_mlx.models.metadata import check_config, check_safetensors_header
 
 # Architectures whose forward FlashChat drives layer by layer (explicit positions, masks,
 # captured features). mlx-lm runs many more; these are the ones tested here.
@@ -40,7 +41,8 @@ class ModelSpec:
 
 
 def read_config(path: Path) -> dict[str, Any]:
-    """config.json as a dict, or a ModelLoadError that says what is wrong with it."""
+    """config.json as a checked dict (``metadata.check_config``), or a ModelLoadError that
+    says what is wrong with it."""
     if not path.exists():
         raise ModelLoadError(f"Model folder {path} does not exist.")
     if not path.is_dir():
@@ -53,11 +55,11 @@ def read_config(path: Path) -> dict[str, Any]:
         )
     try:
         config = json.loads(cfg_path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError) as exc:  # ValueError: JSON, and huge numbers
         raise ModelLoadError(f"{path.name}/config.json is not valid JSON: {exc}") from exc
-    if not isinstance(config, dict) or "model_type" not in config:
-        raise ModelLoadError(f"{path.name}/config.json has no model_type.")
-    return config
+    except OSError as exc:
+        raise ModelLoadError(f"{path.name}/config.json cannot be read: {exc}") from exc
+    return check_config(config, f"{path.name}/config.json")
 
 
 def text_config(config: dict[str, Any]) -> dict[str, Any]:
@@ -83,10 +85,13 @@ def check_architecture(model_type: str, folder: str) -> None:
         )
 
 
-def check_safetensors(file: Path) -> None:
-    """Header sanity and size check, so a truncated download is named, not crashed on."""
-    size = file.stat().st_size
+def read_safetensors_header(file: Path) -> dict[str, dict[str, Any]]:
+    """The tensors a safetensors file describes (name -> dtype, shape, offsets), once its
+    header is well formed (``metadata.check_safetensors_header``) and every byte it
+    describes is on disk; ModelLoadError naming the file otherwise."""
+    label = f"{file.parent.name}/{file.name}"
     try:
+        size = file.stat().st_size
         with file.open("rb") as fh:
             raw_len = fh.read(8)
             if len(raw_len) < 8:
@@ -96,27 +101,35 @@ def check_safetensors(file: Path) -> None:
                 raise ValueError(f"implausible header length {header_len:,}")
             if header_len > size - 8:
                 raise ModelLoadError(
-                    f"{file.parent.name}/{file.name} is truncated: {size:,} bytes on disk, "
-                    "shorter than its own header; delete it and download again."
+                    f"{label} is truncated: {size:,} bytes on disk, shorter than its own "
+                    "header; delete it and download again."
                 )
             header = json.loads(fh.read(header_len))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ModelLoadError(
-            f"{file.parent.name}/{file.name} is corrupt ({exc}); delete it and download again."
-        ) from exc
-    end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise ModelLoadError(f"{label} is corrupt ({exc}); delete it and download again.") from exc
+    except OSError as exc:
+        raise ModelLoadError(f"{label} cannot be read: {exc}") from exc
+    tensors, end = check_safetensors_header(header, label)
     if 8 + header_len + end > size:
         raise ModelLoadError(
-            f"{file.parent.name}/{file.name} is truncated: {size:,} bytes on disk, "
-            f"{8 + header_len + end:,} expected; delete it and download again."
+            f"{label} is truncated: {size:,} bytes on disk, {8 + header_len + end:,} "
+            "expected; delete it and download again."
         )
+    return tensors
+
+
+def check_safetensors(file: Path) -> None:
+    """Header sanity and size check, so a truncated download is named, not crashed on."""
+    read_safetensors_header(file)
 
 
 def validate_model_folder(path: str | Path) -> ModelSpec:
     """Check a Hugging Face-layout folder before any weight is read."""
     path = Path(path).expanduser()
     config = read_config(path)
-    model_type = str(config["model_type"])
+    model_type = config.get("model_type")
+    if model_type is None:
+        raise ModelLoadError(f"{path.name}/config.json has no model_type.")
     check_architecture(model_type, path.name)
     weights = sorted(path.glob("model*.safetensors"))
     if not weights:
@@ -127,16 +140,27 @@ def validate_model_folder(path: str | Path) -> ModelSpec:
         raise ModelLoadError(
             f"{path.name}: no tokenizer (looked for {', '.join(TOKENIZER_FILES)})."
         )
+    layers, hidden, vocab, context = target_sizes(config, f"{path.name}/config.json")
+    return ModelSpec(
+        path=path,
+        config=config,
+        model_type=model_type,
+        num_layers=layers,
+        hidden_size=hidden,
+        vocab_size=vocab,
+        max_context=context,
+    )
+
+
+REQUIRED_SIZES = ("num_hidden_layers", "hidden_size", "vocab_size", "num_attention_heads")
+
+
+def target_sizes(config: dict[str, Any], where: str) -> tuple[int, int, int, int]:
+    """(layers, hidden size, vocabulary, context) of a checked target config; ModelLoadError
+    naming the first missing field (the hub inspection asks before downloading)."""
     tc = text_config(config)
-    try:
-        return ModelSpec(
-            path=path,
-            config=config,
-            model_type=model_type,
-            num_layers=int(tc["num_hidden_layers"]),
-            hidden_size=int(tc["hidden_size"]),
-            vocab_size=int(tc["vocab_size"]),
-            max_context=int(tc.get("max_position_embeddings") or 4096),
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ModelLoadError(f"{path.name}/config.json lacks a required field: {exc}") from exc
+    missing = [name for name in REQUIRED_SIZES if tc.get(name) is None]
+    if missing:
+        raise ModelLoadError(f"{where} lacks a required field: {missing[0]}.")
+    context = tc.get("max_position_embeddings") or 4096
+    return tc["num_hidden_layers"], tc["hidden_size"], tc["vocab_size"], context

@@ -22,6 +22,8 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten
 
+from engine_mlx.errors import ModelLoadError
+from engine_mlx.models.loading import check_safetensors
 from engine_mlx.models.target import TargetModel
 from engine_mlx.models.weights import weight_mismatch
 
@@ -83,6 +85,10 @@ def load_mtp(target: TargetModel, file: str | Path | None = None) -> MTPHead:
         path = Path(file)
         if not path.is_file():
             raise MTPUnavailable(f"MTP file {path.name} does not exist")
+        try:
+            check_safetensors(path)
+        except ModelLoadError as exc:
+            raise MTPUnavailable(str(exc)) from exc
         weights, _ = _mtp_weights([path])
         _, meta = mx.load(str(path), return_metadata=True)
         zero_centered = meta.get("zero_centered_norms") == "1"

@@ -45,22 +45,6 @@ _SHARD_BYTES = 4 * 1024**3
 """Weights above this size are split into several safetensors files (HF's sharded layout), so
 that no single tensor batch has to be held in memory at once and files stay copyable."""
 
-# Files an import writes; a marker-less out_dir made only of these is a half-finished import
-# we may replace.  Anything else in it means it is somebody's folder, which we never delete.
-_OUTPUT_FILES = frozenset(
-    {
-        MARKER_NAME,
-        "config.json",
-        "generation_config.json",
-        "model.safetensors",
-        "model.safetensors.index.json",
-        "special_tokens_map.json",
-        "tokenizer.json",
-        "tokenizer_config.json",
-    }
-)
-
-
 def import_gguf(
     gguf_path: str | Path,
     out_dir: str | Path,
@@ -137,10 +121,10 @@ def is_imported(out_dir: str | Path, gguf_path: str | Path, dtype: str = "float1
     out = Path(out_dir)
     try:
         stat = Path(gguf_path).stat()
-        marker = json.loads((out / MARKER_NAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except OSError:
         return False
-    if not isinstance(marker, dict):
+    marker = _read_marker(out)
+    if marker is None:
         return False
     expected = _marker(Path(gguf_path), stat, dtype)
     if any(marker.get(key) != value for key, value in expected.items()):
@@ -255,22 +239,35 @@ def _write_json(path: Path, data: Any) -> None:
 
 
 def _check_replaceable(out: Path, src: Path) -> None:
-    """Refuse to delete a destination that is not (a leftover of) one of our imports."""
+    """Refuse to replace anything but an empty folder or an earlier import of ours.
+
+    An earlier import is a folder whose marker lists its files and that holds nothing else.
+    Any other folder is somebody's (a downloaded model, a copy, a half-edited folder): it is
+    never deleted, whatever its file names look like. The importer never leaves a marker-less
+    folder of its own behind (it writes into a hidden sibling and renames it when complete).
+    """
     if out.is_symlink() or not out.is_dir():
         raise GGUFImportError(f"Cannot import {src.name}: {out} exists and is not a folder")
-    if (out / MARKER_NAME).exists():
+    present = {p.name for p in out.iterdir()}
+    if not present:
+        return
+    marker = _read_marker(out)
+    listed = marker.get("files") if marker else None
+    if isinstance(listed, list) and present <= {MARKER_NAME, *map(str, listed)}:
         return  # an earlier import of something else (or another dtype): ours to replace
-    strangers = [
-        p.name
-        for p in out.iterdir()
-        if p.name not in _OUTPUT_FILES
-        and not (p.name.startswith("model-") and p.name.endswith(".safetensors"))
-    ]
-    if strangers:
-        raise GGUFImportError(
-            f"Cannot import {src.name}: {out} already exists and holds other files "
-            f"({', '.join(sorted(strangers)[:3])}); choose an empty or new folder"
-        )
+    others = sorted(present - {MARKER_NAME, *map(str, listed or [])})
+    raise GGUFImportError(
+        f"Cannot import {src.name}: {out} already exists and holds files FlashChat did not "
+        f"write ({', '.join(others[:3])}); nothing was changed. Choose a new or empty folder."
+    )
+
+
+def _read_marker(folder: Path) -> dict[str, Any] | None:
+    try:
+        marker = json.loads((folder / MARKER_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return marker if isinstance(marker, dict) else None
 
 
 def _move_into_place(tmp: Path, out: Path) -> None:

@@ -195,18 +195,45 @@ def test_second_import_is_a_no_op_and_changes_trigger_a_redo(
 
 
 def test_interrupted_import_is_redone(tmp_path: Path, mlx_gguf: Path) -> None:
+    """A killed import leaves only its hidden work folder; the next import cleans it up."""
     out = tmp_path / "m"
-    out.mkdir()
-    (out / "config.json").write_text('{"model_type": "lla')  # half-written, no marker
-    (out / "model-00001-of-00002.safetensors").write_bytes(b"\0" * 10)
     stale = tmp_path / f".m.importing-{2**22 + 12345}-deadbeef"  # from a killed process
     stale.mkdir()
+    (stale / "config.json").write_text('{"model_type": "lla')  # half-written
     assert not is_imported(out, mlx_gguf, "float16")
     import_gguf(mlx_gguf, out)
     assert read_json(out / "config.json")["model_type"] == "llama"
-    assert not (out / "model-00001-of-00002.safetensors").exists()
     assert is_imported(out, mlx_gguf, "float16")
     assert leftovers(tmp_path) == []
+
+
+def test_never_replaces_a_model_folder_it_did_not_write(
+    tmp_path: Path, mlx_gguf: Path, tiny_model_dir: Callable[[str], Path]
+) -> None:
+    """Regression: a real model folder (standard Hugging Face names, no import marker) was
+    taken for a half-finished import and replaced."""
+    import shutil
+
+    out = tmp_path / "someones_model"
+    shutil.copytree(tiny_model_dir("qwen3"), out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    with pytest.raises(GGUFImportError, match=r"tiny\.gguf.*someones_model.*did not write"):
+        import_gguf(mlx_gguf, out)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert leftovers(tmp_path) == []
+
+
+def test_replaces_an_earlier_import_but_not_files_added_to_it(
+    tmp_path: Path, mlx_gguf: Path
+) -> None:
+    out = import_gguf(mlx_gguf, tmp_path / "m", dtype="float32")
+    import_gguf(mlx_gguf, out, dtype="float16")  # ours, listed in the marker: replaced
+    assert is_imported(out, mlx_gguf, "float16")
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(GGUFImportError, match=r"notes\.txt"):
+        import_gguf(mlx_gguf, out, dtype="float32")
+    assert (out / "notes.txt").read_text() == "mine"
+    assert is_imported(out, mlx_gguf, "float16")
 
 
 def test_failed_import_leaves_nothing_and_keeps_the_previous_one(
