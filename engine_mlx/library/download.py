@@ -472,7 +472,6 @@ class _Download:
         self.reporter.emit(force=True, phase="installed")
         return target
 
-
     def _check_usable(self) -> None:
         """Every file is the publisher's, but is the whole a model that loads? A broken
         repository is refused here, so the library never lists what it cannot run."""

@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 from engine_mlx.errors import EngineError, ModelLoadError
 from engine_mlx.library.safe_paths import is_commit, is_safe_relative
-from engine_mlx.library.sources import HubSource
+from engine_mlx.library.sources import HubSource, SourceError, is_valid_repo_id
 from engine_mlx.library.units import human_bytes
 from engine_mlx.models.loading import (
     TOKENIZER_FILES,
@@ -197,9 +197,7 @@ def hub_errors(repo_id: str, endpoint: str, revision: str | None = None) -> Iter
 def _status_message(status: int, repo_id: str, host: str) -> str:
     """What an HTTP status the client did not classify means for the person downloading."""
     if status == 404:
-        return (
-            f"No model {repo_id} on {host}: check the name (ORG/NAME, as in the model's link)."
-        )
+        return f"No model {repo_id} on {host}: check the name (ORG/NAME, as in the model's link)."
     if status in (401, 403):
         return (
             f"{host} refused access to {repo_id} ({status}): it is private or gated; log in "
@@ -313,6 +311,8 @@ def inspect_repo(
     HubError."""
     endpoint = endpoint or hub_endpoint()
     repo_id = source.repo_id
+    if not is_valid_repo_id(repo_id):
+        raise SourceError(f"{repo_id[:100]!r} is not a valid model name (ORG/NAME).")
     commit, files = list_files(repo_id, source.revision, endpoint=endpoint, token=token)
     root = {f.path: f for f in files if "/" not in f.path}
     if "config.json" in root:

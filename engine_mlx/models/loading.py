@@ -162,5 +162,16 @@ def target_sizes(config: dict[str, Any], where: str) -> tuple[int, int, int, int
     missing = [name for name in REQUIRED_SIZES if tc.get(name) is None]
     if missing:
         raise ModelLoadError(f"{where} lacks a required field: {missing[0]}.")
+    heads, kv_heads = tc["num_attention_heads"], tc.get("num_key_value_heads") or 1
+    if tc.get("head_dim") is None and tc["hidden_size"] % heads:
+        raise ModelLoadError(
+            f"{where}: hidden_size {tc['hidden_size']} is not a multiple of "
+            f"num_attention_heads {heads} (and no head_dim is given)."
+        )
+    if heads % kv_heads:
+        raise ModelLoadError(
+            f"{where}: num_attention_heads {heads} is not a multiple of num_key_value_heads "
+            f"{kv_heads}."
+        )
     context = tc.get("max_position_embeddings") or 4096
     return tc["num_hidden_layers"], tc["hidden_size"], tc["vocab_size"], context

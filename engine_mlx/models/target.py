@@ -100,7 +100,12 @@ class TargetModel:
         try:
             model, config = load_model(spec.path, lazy=True)
             tokenizer = load_tokenizer(spec.path, eos_token_ids=config.get("eos_token_id"))
-        except (ValueError, KeyError, TypeError, OSError, RuntimeError) as exc:
+        except MemoryError:
+            raise ModelLoadError(
+                f"{spec.name}: not enough memory to load it; close other apps or choose a "
+                "smaller model."
+            ) from None
+        except Exception as exc:  # mlx-lm and transformers reject a config in many ways
             raise ModelLoadError(f"{spec.name}: mlx-lm could not load it: {exc}") from exc
         target_dtype = dtype if dtype is not None else compute_dtype(_fp32_bytes(model))
         if target_dtype is not None:

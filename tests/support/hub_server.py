@@ -12,8 +12,12 @@ the real listing, metadata and ranged-download code against real sockets, offlin
 Errors carry ``X-Error-Code`` (``RepoNotFound``, ``RevisionNotFound``, ``EntryNotFound``) as
 the hub's do. Faults a test can switch on: a file served with one byte flipped (``corrupt``),
 the connection dropped after N bytes of a file, once (``drop_after``), a bandwidth limit
-(``throttle_bps``, for screenshots). ``requests`` logs every file request (method, file,
-Range header, body bytes written); ``served(name, since=mark)`` sums what was sent.
+(``throttle_bps``, for screenshots), and a hostile or broken mirror: ``rewrite["info"]`` /
+``rewrite["tree"]`` replace the JSON the API sends, ``status["info" | "tree" | "resolve"]``
+answers with that HTTP status and no hub error code, ``reported_commit`` is the commit id the
+server gives for every repository (and serves files at) instead of the real one. ``requests``
+logs every file request (method, file, Range header, body bytes written);
+``served(name, since=mark)`` sums what was sent.
 """
 
 from __future__ import annotations
@@ -24,9 +28,11 @@ import re
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 LFS_SUFFIXES = (".safetensors", ".gguf", ".bin")
@@ -109,6 +115,9 @@ class HubServer:
         self.corrupt: set[str] = set()  # file names served with one byte flipped
         self.drop_after: dict[str, int] = {}  # file name -> bytes sent before hanging up, once
         self.throttle_bps: float = 0.0
+        self.rewrite: dict[str, Callable[[Any], Any]] = {}  # "info" | "tree": payload -> sent
+        self.status: dict[str, int] = {}  # "info" | "tree" | "resolve": forced HTTP status
+        self.reported_commit: str | None = None  # a mirror's own idea of the commit id
         self.requests: list[FileRequest] = []
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
@@ -203,11 +212,29 @@ def _make_handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(body)
 
+        def _forced(self, kind: str) -> bool:
+            """Answer with the status a test forced for this kind of request, if any."""
+            status = hub.status.get(kind)
+            if status is None:
+                return False
+            body = b'{"error": "forced"}'
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+            return True
+
         def _repo_and_commit(self, repo_id: str, rev: str) -> tuple[HubRepo, str] | None:
             repo = hub.repos.get(repo_id)
             if repo is None:
                 self._error(404, "RepoNotFound", f"Repository {repo_id} not found")
                 return None
+            if hub.reported_commit is not None and (
+                unquote(rev) == hub.reported_commit or repo.resolve(unquote(rev))
+            ):
+                return repo, hub.reported_commit
             commit = repo.resolve(unquote(rev))
             if commit is None:
                 self._error(404, "RevisionNotFound", f"Invalid rev id: {unquote(rev)}")
@@ -228,6 +255,8 @@ def _make_handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
 
         def _api(self, match: re.Match, query: dict[str, list[str]]) -> None:
             repo_id, kind, rev, sub = match.groups()
+            if self._forced("tree" if kind == "tree" else "info"):
+                return
             found = self._repo_and_commit(repo_id, rev or "main")
             if found is None:
                 return
@@ -244,7 +273,7 @@ def _make_handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
                         continue
                     entries.append(repo.entry(name))
                 tree = [{"type": "directory", "oid": "0" * 40, "path": f} for f in sorted(folders)]
-                self._json(tree + entries)
+                self._json(hub.rewrite.get("tree", lambda t: t)(tree + entries))
                 return
             blobs = query.get("blobs", ["false"])[0].lower() == "true"
             siblings = []
@@ -262,7 +291,8 @@ def _make_handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
                     siblings.append(sibling)
                 else:
                     siblings.append({"rfilename": name})
-            self._json({"id": repo_id, "modelId": repo_id, "sha": commit, "siblings": siblings})
+            info = {"id": repo_id, "modelId": repo_id, "sha": commit, "siblings": siblings}
+            self._json(hub.rewrite.get("info", lambda i: i)(info))
 
         def _resolve(self, send_body: bool) -> None:
             match = _RESOLVE.match(urlsplit(self.path).path)
@@ -270,6 +300,8 @@ def _make_handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
                 self._error(404, "NotFound", f"No route for {self.path}")
                 return
             repo_id, rev, name = match.group(1), match.group(2), unquote(match.group(3))
+            if self._forced("resolve"):
+                return
             found = self._repo_and_commit(repo_id, rev)
             if found is None:
                 return

@@ -45,6 +45,7 @@ _SHARD_BYTES = 4 * 1024**3
 """Weights above this size are split into several safetensors files (HF's sharded layout), so
 that no single tensor batch has to be held in memory at once and files stay copyable."""
 
+
 def import_gguf(
     gguf_path: str | Path,
     out_dir: str | Path,
