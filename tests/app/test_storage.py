@@ -395,3 +395,18 @@ def test_hard_kill_mid_write_keeps_committed_messages(db_path: Path) -> None:
             )
         store.add_message(conv.id, "user", "after the crash")
         assert len(store.messages(conv.id)) == 4
+
+
+def test_move_aside_keeps_every_file_of_the_history(tmp_path: Path) -> None:
+    from app.storage import move_aside
+
+    db = tmp_path / "h.sqlite3"
+    for suffix, data in (("", b"main"), ("-wal", b"wal"), ("-shm", b"shm")):
+        (tmp_path / f"h.sqlite3{suffix}").write_bytes(data)
+    aside = move_aside(db)
+    assert not db.exists() and aside.name.startswith("h.sqlite3.unusable-")
+    assert aside.read_bytes() == b"main"
+    assert aside.with_name(aside.name + "-wal").read_bytes() == b"wal"
+    assert aside.with_name(aside.name + "-shm").read_bytes() == b"shm"
+    db.write_bytes(b"again")
+    assert move_aside(db) != aside  # a second move in the same second gets its own name
