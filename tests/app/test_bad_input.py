@@ -16,24 +16,6 @@ from app.main_window import MainWindow
 from app.storage import ConversationStore
 
 
-@pytest.fixture
-def open_window(qtbot, tiny_model_dir):
-    windows = []
-
-    def make(db: Path, drafter: str = "") -> MainWindow:
-        win = MainWindow(str(tiny_model_dir("qwen3")), drafter, db_path=db)
-        qtbot.addWidget(win)
-        win.show()
-        windows.append(win)
-        qtbot.waitUntil(lambda: win.send_button.isEnabled(), timeout=30000)
-        return win
-
-    yield make
-    for win in windows:
-        if win.isVisible():
-            win.close()
-
-
 def send(qtbot, win: MainWindow, text: str) -> str:
     win.settings = replace(win.settings, max_tokens=4, temperature=0.0)
     win.prompt_edit.setPlainText(text)
@@ -44,13 +26,13 @@ def send(qtbot, win: MainWindow, text: str) -> str:
 
 
 def test_damaged_history_opens_the_window_and_can_be_moved_aside(
-    qtbot, open_window, tmp_path: Path
+    qtbot, make_window, tmp_path: Path
 ) -> None:
     """Regression (#4): a traceback on stderr and no window."""
     db = tmp_path / "chats.sqlite3"
     damaged = b"SQLite format 3\x00" + bytes(range(256)) * 8
     db.write_bytes(damaged)
-    win = open_window(db)
+    win = make_window(db=db)
     assert win.storage_banner.isVisible()
     assert str(db) in win.storage_label.text() and "not saved" in win.storage_label.text()
     assert win.storage_fresh_button.isVisible()
@@ -66,17 +48,17 @@ def test_damaged_history_opens_the_window_and_can_be_moved_aside(
         assert [m.role for m in store.messages(conv.id)] == ["user", "assistant"]
 
 
-def test_history_from_a_newer_version_is_explained(qtbot, open_window, tmp_path: Path) -> None:
+def test_history_from_a_newer_version_is_explained(qtbot, make_window, tmp_path: Path) -> None:
     db = tmp_path / "chats.sqlite3"
     ConversationStore(db).close()
     with sqlite3.connect(db) as conn:
         conn.execute("PRAGMA user_version = 99")
-    win = open_window(db)
+    win = make_window(db=db)
     assert win.storage_banner.isVisible() and "newer FlashChat" in win.storage_label.text()
 
 
 def test_message_that_is_not_utf8_shows_and_the_chat_goes_on(
-    qtbot, open_window, tmp_path: Path
+    qtbot, make_window, tmp_path: Path
 ) -> None:
     """Regression (#4): its conversation showed empty; sending there gave no reply."""
     db = tmp_path / "chats.sqlite3"
@@ -88,7 +70,7 @@ def test_message_that_is_not_utf8_shows_and_the_chat_goes_on(
             "UPDATE messages SET content = CAST(x'636166e920' AS TEXT) WHERE id = ?",
             (message.id,),
         )
-    win = open_window(db)
+    win = make_window(db=db)
     win.conversations.select(conv.id)
     assert win.conversation_id == conv.id
     assert win.chat.message_text(message.id) == "caf\ufffd "
@@ -99,14 +81,14 @@ def test_message_that_is_not_utf8_shows_and_the_chat_goes_on(
 
 
 def test_broken_model_in_the_library_does_not_stop_the_app(
-    qtbot, open_window, tmp_path: Path, tiny_model_dir, monkeypatch: pytest.MonkeyPatch
+    qtbot, make_window, tmp_path: Path, tiny_model_dir, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Regression (#2): the library view's refresh raised and the app aborted at start."""
     monkeypatch.setenv("FLASHCHAT_HOME", str(tmp_path / "home"))
     broken = shutil.copytree(tiny_model_dir("qwen3"), tmp_path / "home" / "models" / "broken")
     config = json.loads((broken / "config.json").read_text())
     (broken / "config.json").write_text(json.dumps({**config, "hidden_size": "abc"}))
-    win = open_window(tmp_path / "chats.sqlite3")
+    win = make_window()
     assert "1 will not load" in win.model_bar.library_button.text()
     assert "broken" in win.model_bar.library_button.toolTip()
     win.open_library()
@@ -115,10 +97,10 @@ def test_broken_model_in_the_library_does_not_stop_the_app(
 
 
 def test_drafter_that_does_not_fit_leaves_the_model_loaded(
-    qtbot, open_window, tmp_path: Path, companions
+    qtbot, make_window, tmp_path: Path, companions
 ) -> None:
     """Regression (#6): the app was left with no model."""
-    win = open_window(tmp_path / "chats.sqlite3", str(companions["other_vocab"]))
+    win = make_window(drafter=str(companions["other_vocab"]))
     qtbot.waitUntil(lambda: win.error_label.isVisible(), timeout=10000)
     assert "without this drafter" in win.error_label.text()
     assert "dflash2" not in win.available_modes and "ar" in win.available_modes

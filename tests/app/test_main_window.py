@@ -4,33 +4,10 @@ from __future__ import annotations
 
 import threading
 
-import pytest
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QLabel
 
 from app.main_window import MainWindow
-
-
-@pytest.fixture
-def make_window(qtbot, tiny_model_dir, tmp_path):
-    windows = []
-
-    def make(model: str | None = None) -> MainWindow:
-        win = MainWindow(
-            model if model is not None else str(tiny_model_dir("qwen3")),
-            db_path=tmp_path / "chats.sqlite3",
-        )
-        qtbot.addWidget(win)
-        win.show()
-        windows.append(win)
-        if model is None:
-            qtbot.waitUntil(lambda: win.send_button.isEnabled(), timeout=30000)
-        return win
-
-    yield make
-    for win in windows:
-        if win.isVisible():
-            win.close()
 
 
 def _send(qtbot, win: MainWindow, text: str, max_tokens: int = 24) -> tuple[str, dict, str]:
