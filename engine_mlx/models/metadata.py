@@ -131,7 +131,8 @@ def _check_fields(config: dict[str, Any], where: str, prefix: str = "") -> None:
     for field in TOKEN_FIELDS:
         value = config.get(field)
         ids = value if isinstance(value, list) else [value]
-        if value is not None and not all(_whole(i) and 0 <= i < 1 << 31 for i in ids):
+        # -1 is how some older configs say "none" (pad_token_id of early Llama conversions)
+        if value is not None and not all(_whole(i) and -1 <= i < 1 << 31 for i in ids):
             raise _fail(where, prefix + field, "must be a token id or a list of them", value)
     tie = config.get("tie_word_embeddings")
     if tie is not None and not isinstance(tie, bool):
