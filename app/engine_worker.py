@@ -17,46 +17,30 @@ from typing import Any
 from PySide6.QtCore import QObject, Signal, Slot
 
 import engine_mlx  # noqa: F401  (OpenBLAS before mlx)
+from app.messages import LiveUpdate, ModelInfo
 from engine_mlx.api import encode_prompt, load_speculators, load_target
 from engine_mlx.backend import backend_info
 from engine_mlx.companions import NO_DRAFTER
+from engine_mlx.config import GenerationConfig
 from engine_mlx.decoding.sampling import SamplingParams
 from engine_mlx.errors import EngineError
 from engine_mlx.events import Error, Finished, ModeSwitch, Started, Tokens
-from engine_mlx.session import GenerationConfig, Session
+from engine_mlx.modes import Mode, available_modes
+from engine_mlx.session import Session
 
 UPDATE_INTERVAL_S = 1 / 30
-
-
-class LiveTotals:
-    """Running tau and acceptance of the generation in progress (the stats definitions)."""
-
-    def __init__(self) -> None:
-        self.steps = self.committed = self.tested = self.accepted = 0
-
-    def add(self, event: Tokens) -> None:
-        self.steps += 1
-        self.committed += event.step.committed
-        self.tested += event.step.tested
-        self.accepted += event.step.accepted
-
-    @property
-    def tau(self) -> float:
-        return self.committed / self.steps if self.steps else 0.0
-
-    @property
-    def acceptance(self) -> float | None:
-        return self.accepted / self.tested if self.tested else None
 
 
 class EngineWorker(QObject):
     """Owns the model, the drafter and the session; every slot runs on the worker thread."""
 
-    model_loaded = Signal(dict)  # name, backend, max_context, modes, drafter
-    started = Signal(int, str)  # prompt tokens, mode
-    segments = Signal(list, dict)  # [(text, from_draft)], live: tps, depth, tau, acceptance, mode
-    mode_switched = Signal(str, str, str)  # from, to, reason
-    finished = Signal(str, dict, str)  # reason, stats, full text
+    # Payloads are frozen dataclasses (the engine's events, ModelInfo, LiveUpdate): they cross
+    # the thread boundary as they are, and no slot reads a string-keyed dict.
+    model_loaded = Signal(object)  # ModelInfo
+    started = Signal(object)  # events.Started
+    segments = Signal(object)  # LiveUpdate
+    mode_switched = Signal(object)  # events.ModeSwitch
+    finished = Signal(object)  # events.Finished
     error = Signal(str)
 
     def __init__(self) -> None:
@@ -93,20 +77,18 @@ class EngineWorker(QObject):
         drafter, mtp = speculators.drafter, speculators.mtp
         drafter_path = str(speculators.drafter_path or "")
         self._session = Session(target, drafter, mtp, speculators.mtp_reason)
-        modes = ["ar", "lookup"] + (["dflash2"] if drafter else []) + (["mtp"] if mtp else [])
-        modes.append("auto")
         self.model_loaded.emit(
-            {
-                "name": target.spec.name,
-                "path": str(target.spec.path),
-                "backend": backend_info(target.dtype).describe(),
-                "max_context": target.spec.max_context,
-                "modes": modes,
-                "drafter": Path(drafter_path).name if drafter_path else "",
-                "drafter_path": str(Path(drafter_path)) if drafter_path else "",
-                "mtp": speculators.mtp_source,
-                "mtp_reason": speculators.mtp_reason,
-            }
+            ModelInfo(
+                name=target.spec.name,
+                path=str(target.spec.path),
+                backend=backend_info(target.dtype).describe(),
+                max_context=target.spec.max_context,
+                modes=available_modes(drafter=drafter is not None, mtp=mtp is not None),
+                drafter=Path(drafter_path).name if drafter_path else "",
+                drafter_path=str(Path(drafter_path)) if drafter_path else "",
+                mtp=speculators.mtp_source or "",
+                mtp_reason=speculators.mtp_reason or "",
+            )
         )
         if warning:
             self.error.emit(warning)
@@ -130,9 +112,8 @@ class EngineWorker(QObject):
             self.error.emit(f"Generation failed: {exc}")
 
     def _config(self, settings: dict[str, Any]) -> GenerationConfig:
-        mode = settings.get("mode", "ar")
-        if mode == "dflash2" and self._session.drafter is None:
-            mode = "lookup"
+        """The window chose the mode (``modes.fallback``); the session refuses one whose
+        companion is missing, so a mismatch is an error, never a silent change."""
         block = int(settings.get("block_size") or 0) or None
         threshold = int(settings.get("auto_threshold") or 0)
         return GenerationConfig(
@@ -143,7 +124,7 @@ class EngineWorker(QObject):
                 top_k=int(settings.get("top_k", 0)),
                 seed=settings.get("seed"),
             ),
-            mode=mode,
+            mode=settings.get("mode", Mode.AUTO),
             width=int(settings.get("draft_width", 1)),
             block_size=block,
             policy="threshold" if threshold > 0 else "cost",
@@ -153,36 +134,28 @@ class EngineWorker(QObject):
     def _stream(self, ids: list[int], config: GenerationConfig) -> None:
         pending: list[tuple[str, bool]] = []
         shown = 0  # characters already sent to the window
-        totals = LiveTotals()
+        latest: Tokens | None = None
         last_emit = 0.0
-        live: dict[str, Any] = {}
         for event in self._session.generate(ids, config, self._cancel):
             if isinstance(event, Started):
-                self.started.emit(event.prompt_tokens, event.mode)
+                self.started.emit(event)
             elif isinstance(event, Tokens):
-                totals.add(event)
+                latest = event
                 pending.extend(seg for seg in event.segments if seg[0])
-                live = {
-                    "tps": event.live_tps,
-                    "depth": event.context_depth,
-                    "tau": totals.tau,
-                    "acceptance": totals.acceptance,
-                    "mode": event.step.mode,
-                }
                 now = time.perf_counter()
                 if now - last_emit >= UPDATE_INTERVAL_S:
-                    self.segments.emit(pending, live)
+                    self.segments.emit(LiveUpdate(tuple(pending), latest))
                     shown += sum(len(t) for t, _ in pending)
                     pending, last_emit = [], now
             elif isinstance(event, ModeSwitch):
-                self.mode_switched.emit(event.from_mode, event.to_mode, event.reason)
+                self.mode_switched.emit(event)
             elif isinstance(event, Finished):
                 shown += sum(len(t) for t, _ in pending)
                 tail = event.text[shown:]  # the detokenizer's last bytes, never in a step
                 if tail:
                     pending.append((tail, False))
                 if pending:
-                    self.segments.emit(pending, live)
-                self.finished.emit(event.reason, event.stats.to_json(), event.text)
+                    self.segments.emit(LiveUpdate(tuple(pending), latest))
+                self.finished.emit(event)
             elif isinstance(event, Error):
                 self.error.emit(event.message)

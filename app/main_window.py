@@ -38,6 +38,7 @@ from PySide6.QtWidgets import (
 
 from app.download_worker import LibraryWorker
 from app.engine_worker import EngineWorker
+from app.messages import LiveUpdate, ModelInfo
 from app.settings_dialog import SettingsDialog
 from app.storage import (
     AppSettings,
@@ -53,8 +54,10 @@ from app.widgets.conversation_list import ConversationList
 from app.widgets.library_view import LibraryView, source_from_mime
 from app.widgets.model_bar import ModelBar
 from app.widgets.speed_panel import SpeedPanel
+from engine_mlx.events import Finished, ModeSwitch, Started
 from engine_mlx.library.hub import endpoint_hosts
 from engine_mlx.library.sources import SourceError
+from engine_mlx.modes import Mode, fallback
 
 ICON = Path(__file__).resolve().parents[1] / "resources" / "icons" / "flashchat.svg"
 CONTEXT_WARNING = 0.9  # warn when the conversation fills this share of the context
@@ -267,7 +270,7 @@ class MainWindow(QMainWindow):
         self.worker.model_loaded.connect(self._on_loaded)
         self.worker.started.connect(self._on_started)
         self.worker.segments.connect(self._on_segments)
-        self.worker.mode_switched.connect(self.panel.mode_switched)
+        self.worker.mode_switched.connect(self._on_mode_switched)
         self.worker.finished.connect(self._on_finished)
         self.worker.error.connect(self._on_error)
         self._thread.start()
@@ -419,12 +422,9 @@ class MainWindow(QMainWindow):
         s["mode"] = self._mode()
         return s
 
-    def _mode(self) -> str:
-        """The mode for the next reply: the forced one, or auto's choice."""
-        forced = self.settings.forced_mode
-        if forced == "dflash2" and "dflash2" not in self.available_modes:
-            return "auto"  # the drafter is gone: let the policy choose
-        return forced
+    def _mode(self) -> Mode:
+        """The mode for the next reply: the forced one while the model offers it, else auto."""
+        return fallback(self.settings.forced_mode, self.available_modes)
 
     @Slot()
     def stop(self) -> None:
@@ -467,11 +467,11 @@ class MainWindow(QMainWindow):
             self.chat.set_colour_draft(self.settings.colour_draft_tokens)
 
     def _on_auto_toggled(self, enabled: bool) -> None:
-        self._on_forced_mode("auto" if enabled else self._mode())
+        self._on_forced_mode(Mode.AUTO if enabled else self._mode())
 
     def _on_forced_mode(self, mode: str) -> None:
         self.settings = replace(self.settings, forced_mode=mode)
-        self.panel.set_auto(mode == "auto")
+        self.panel.set_auto(mode == Mode.AUTO)
         self.panel.set_forced_mode(mode)
         with self._storage():
             save_settings(self.store, self.settings)
@@ -481,46 +481,51 @@ class MainWindow(QMainWindow):
             self.new_chat()
 
     # ------------------------------------------------------------- worker events
-    @Slot(dict)
-    def _on_loaded(self, info: dict) -> None:
-        self.available_modes = list(info["modes"])
-        self.max_context = int(info["max_context"])
+    @Slot(object)
+    def _on_loaded(self, info: ModelInfo) -> None:
+        self.available_modes = list(info.modes)
+        self.max_context = info.max_context
         self.model_bar.show_loaded(info)
-        self.panel.set_available_modes([m for m in self.available_modes if m != "auto"])
+        self.panel.set_available_modes([m for m in info.modes if m != Mode.AUTO])
         self.panel.set_max_context(self.max_context)
         self.panel.set_forced_mode(self.settings.forced_mode)
-        self.statusBar().showMessage(info["backend"])
+        self.statusBar().showMessage(info.backend)
         self.send_button.setEnabled(True)
         self.error_label.hide()
 
-    @Slot(int, str)
-    def _on_started(self, prompt_tokens: int, mode: str) -> None:
-        self.panel.generation_started(prompt_tokens, mode)
-        self._update_context(prompt_tokens)
+    @Slot(object)
+    def _on_started(self, event: Started) -> None:
+        self.panel.generation_started(event.prompt_tokens, event.mode)
+        self._update_context(event.prompt_tokens)
 
-    @Slot(list, dict)
-    def _on_segments(self, segments: list, live: dict) -> None:
-        self.chat.append_assistant([(str(t), bool(d)) for t, d in segments])
-        if live:
+    @Slot(object)
+    def _on_segments(self, update: LiveUpdate) -> None:
+        self.chat.append_assistant(list(update.segments))
+        step = update.latest
+        if step is not None:
             self.panel.update_live(
-                live["tps"], live["depth"], live["tau"], live["acceptance"], live["mode"]
+                step.live_tps, step.context_depth, step.tau, step.acceptance_rate, step.step.mode
             )
-            self._update_context(int(live["depth"]))
+            self._update_context(step.context_depth)
 
-    @Slot(str, dict, str)
-    def _on_finished(self, reason: str, stats: dict, text: str) -> None:
+    @Slot(object)
+    def _on_mode_switched(self, event: ModeSwitch) -> None:
+        self.panel.mode_switched(event.from_mode, event.to_mode, event.reason)
+
+    @Slot(object)
+    def _on_finished(self, event: Finished) -> None:
         self.generating = False
-        stats = {**stats, "reason": reason}
+        stats = {**event.stats.to_json(), "reason": event.reason}
         message_id = -1
-        if self.conversation_id is not None and text:
+        if self.conversation_id is not None and event.text:
             with self._storage():
                 message_id = self.store.add_message(
-                    self.conversation_id, "assistant", text, stats
+                    self.conversation_id, "assistant", event.text, stats
                 ).id
                 self.conversations.refresh()
-        self.chat.finish_assistant(message_id, stats, reason)
+        self.chat.finish_assistant(message_id, stats, event.reason)
         self.panel.generation_finished(stats)
-        self._update_context(int(stats.get("context_depth", 0)))
+        self._update_context(event.stats.context_depth)
         self.send_button.setEnabled(True)
         self.stop_button.setEnabled(False)
 

@@ -25,13 +25,13 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from engine_mlx.modes import Mode, parse_mode
 from engine_mlx.paths import user_data_dir
 
 SCHEMA_VERSION = 1
 DEFAULT_TITLE = "New chat"
 MAX_TITLE_CHARS = 200
 ROLES = ("system", "user", "assistant")
-FORCED_MODES = ("auto", "ar", "dflash2", "mtp", "lookup")
 MEMORY = ":memory:"
 _FTS_MIN_QUERY = 3  # the trigram tokenizer cannot match shorter strings
 
@@ -447,7 +447,7 @@ class AppSettings:
     block_size: int = 0  # 0 = the drafter's own
     auto_threshold: int = 0  # 0: the measured cost model; N: switch at N tokens
     auto_toggle: bool = True
-    forced_mode: str = "auto"  # one of FORCED_MODES
+    forced_mode: str = Mode.AUTO.value  # a Mode id, stored as text
     colour_draft_tokens: bool = False
     window_geometry: str = ""  # base64 of QMainWindow.saveGeometry, opaque here
 
@@ -461,7 +461,7 @@ _SETTING_CHECKS: dict[str, Any] = {
     "draft_width": lambda v: v >= 1,
     "block_size": lambda v: v >= 0,
     "auto_threshold": lambda v: v >= 0,
-    "forced_mode": lambda v: v in FORCED_MODES,
+    "forced_mode": lambda v: isinstance(v, str) and parse_mode(v) is not None,
 }
 
 

@@ -1,8 +1,19 @@
-"""FlashChat's inference engine: MLX models decoded plainly or speculatively.
+"""FlashChat's inference engine: MLX models decoded plainly or speculatively, losslessly.
 
-Importing this package first loads OpenBLAS on Linux (see ``backend``), so import it before
-``mlx.core`` wherever speed matters. The public API is re-exported here; clients (CLI, bench,
-app) use nothing else.
+Importing the package loads OpenBLAS before anything imports ``mlx.core`` (``blas``), so
+import an ``engine_mlx`` module first wherever speed matters. Nothing is re-exported here;
+clients (the CLI, the bench, the app) import what they use from its module:
+
+- ``api``: load a target, its DFlash drafter and MTP head; encode a prompt or chat.
+- ``session``: ``Session.generate`` turns prompt ids into ``events``; ``config`` says how.
+- ``modes``: the decoding modes, their names, and which ones a model offers (no MLX).
+- ``stats``: the statistics' definitions; ``events``: what a generation yields.
+- ``library``: the model library (hub downloads, imports, the catalog); ``demo``: the
+  bundled demo model. ``bench``: benchmarks; ``training``: drafter and MTP training.
+
+The README's "How the code is laid out" section maps the layers.
 """
 
-from engine_mlx import backend as _backend  # noqa: F401  (OpenBLAS before mlx)
+from engine_mlx.blas import preload_openblas
+
+preload_openblas()

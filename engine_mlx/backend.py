@@ -1,55 +1,17 @@
-"""Which MLX device is live, and how to make the CPU backend fast.
+"""Which MLX device is live, which dtype the engine computes in, and how that is described.
 
-On Linux the CPU wheel of MLX ships a slow reference BLAS. Loading OpenBLAS into the process
-with ``RTLD_GLOBAL`` *before* ``import mlx.core`` makes MLX's fp32 matmuls resolve to it
-(loading it afterwards has no effect). Measured on a 2-core x86 CPU (MLX 0.32.4): a
-[256x576]@[576x1536] fp32 matmul takes 130 ms with the bundled BLAS and 4.5 ms with OpenBLAS;
-the matching gemv 0.72 ms vs 0.26 ms. fp16/bf16 matmuls never go through BLAS on the CPU and
-are several times slower than fp32, so on the CPU the engine computes in fp32 when memory
-allows (SmolLM2-135M, 128 greedy tokens: see the README's bench table).
-
-Set ``FLASHCHAT_NO_OPENBLAS=1`` to keep the bundled BLAS (for side-by-side measurements).
+On the CPU the engine computes in fp32 when memory allows: fp16/bf16 matmuls never go through
+BLAS there and are several times slower (the BLAS itself is loaded by ``blas``, before MLX).
 """
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import os
-import sys
 from dataclasses import dataclass
 
-_OPENBLAS_NAMES = ("libopenblas.so.0", "libopenblas.so", "libopenblasp-r0.3.21.so")
-_openblas_status: str = "not attempted"
+import mlx.core as mx
 
-
-def preload_openblas() -> str:
-    """Load OpenBLAS globally if we are on Linux, before MLX is imported. Returns a status."""
-    global _openblas_status
-    if _openblas_status != "not attempted":
-        return _openblas_status
-    if not sys.platform.startswith("linux"):
-        _openblas_status = "not needed on this platform"
-    elif os.environ.get("FLASHCHAT_NO_OPENBLAS", "") not in ("", "0"):
-        _openblas_status = "disabled by FLASHCHAT_NO_OPENBLAS"
-    elif "mlx.core" in sys.modules:
-        _openblas_status = "too late: mlx.core was imported before engine_mlx"
-    else:
-        _openblas_status = "not found (apt-get install libopenblas0-pthread)"
-        found = ctypes.util.find_library("openblas")
-        for name in ((found,) if found else ()) + _OPENBLAS_NAMES:
-            try:
-                ctypes.CDLL(name, mode=ctypes.RTLD_GLOBAL)
-            except OSError:
-                continue
-            _openblas_status = f"loaded ({name})"
-            break
-    return _openblas_status
-
-
-preload_openblas()
-
-import mlx.core as mx  # noqa: E402  (must come after the OpenBLAS preload)
+from engine_mlx.blas import openblas_status
 
 
 @dataclass(frozen=True)
@@ -114,6 +76,6 @@ def backend_info(dtype: mx.Dtype | None = None) -> BackendInfo:
     return BackendInfo(
         device=device,
         compute_dtype=dt_name,
-        openblas=_openblas_status,
+        openblas=openblas_status(),
         custom_kernels=device in ("metal", "cuda"),
     )

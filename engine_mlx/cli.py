@@ -14,72 +14,19 @@ import sys
 import threading
 from pathlib import Path
 
+from engine_mlx.arguments import (
+    add_sampling,
+    add_speculation,
+    config_from_args,
+    resolve_model,
+    speculators_from_args,
+)
 from engine_mlx.backend import backend_info
 from engine_mlx.chat import check_messages
 from engine_mlx.errors import EngineError
-from engine_mlx.session import MODES, GenerationConfig
+from engine_mlx.modes import Mode
 from engine_mlx.training.commands import COMMANDS as TRAINING_COMMANDS
 from engine_mlx.training.commands import add_training_commands, run_training_command
-
-
-def _add_sampling(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--max-tokens", type=int, default=256)
-    p.add_argument("--temp", type=float, default=0.0, help="0 = greedy")
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--min-p", type=float, default=0.0)
-    p.add_argument("--seed", type=int, default=None)
-
-
-def _add_speculation(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--drafter", type=Path, default=None, help="DFlash drafter folder")
-    p.add_argument("--width", type=int, default=1, help="candidate paths per step (1-8)")
-    p.add_argument("--block", type=int, default=None, help="draft block size (default: drafter's)")
-    p.add_argument(
-        "--no-lookup", action="store_true", help="no prompt-lookup candidates in the tree"
-    )
-    p.add_argument(
-        "--mtp", default=None, help="MTP head: a separate .safetensors file (default: built-in)"
-    )
-    p.add_argument("--mtp-steps", type=int, default=3, help="tokens the MTP head drafts (1-4)")
-    p.add_argument(
-        "--no-companions",
-        action="store_true",
-        help="do not use the drafter and MTP head shipped for the demo model",
-    )
-    p.add_argument(
-        "--mtp-hidden",
-        default=None,
-        choices=["post", "pre"],
-        help="target state fed to the MTP head: after or before the final norm (default: what "
-        "the head was trained on, else post)",
-    )
-    p.add_argument(
-        "--policy",
-        default="cost",
-        choices=["cost", "threshold"],
-        help="auto mode: measured rates (cost) or a context threshold",
-    )
-    p.add_argument(
-        "--auto-threshold",
-        type=int,
-        default=4096,
-        help="threshold policy: context tokens from which plain decoding is used",
-    )
-
-
-def config_from_args(args: argparse.Namespace, **fields) -> GenerationConfig:
-    """The GenerationConfig the speculation flags (``_add_speculation``) describe."""
-    return GenerationConfig(
-        max_tokens=args.max_tokens,
-        width=args.width,
-        block_size=args.block,
-        lookup=not args.no_lookup,
-        policy=args.policy,
-        auto_threshold=args.auto_threshold,
-        mtp_steps=args.mtp_steps,
-        **fields,
-    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -93,9 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument(
         "--prompt-file", type=Path, help="a text file, or a JSON list of chat messages"
     )
-    _add_sampling(gen)
-    gen.add_argument("--mode", default="ar", choices=list(MODES))
-    _add_speculation(gen)
+    add_sampling(gen)
+    gen.add_argument("--mode", default=Mode.AR.value, choices=[m.value for m in Mode])
+    add_speculation(gen)
     gen.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     gen.add_argument("--system", default=None, help="system prompt (chat only)")
     tpl = gen.add_mutually_exclusive_group()
@@ -106,14 +53,14 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="measure prefill / decode speed against mlx-lm")
     bench.add_argument("--model", type=Path, default=None)
     bench.add_argument(
-        "--modes", default=None, help=f"comma list of {', '.join(MODES)} (default ar; suite: all)"
+        "--modes", default=None, help=f"comma list of {', '.join(Mode)} (default ar; suite: all)"
     )
     bench.add_argument(
         "--widths",
         default=None,
         help="widths for the speculative modes (default 1; suite: its own)",
     )
-    _add_speculation(bench)
+    add_speculation(bench)
     bench.add_argument("--depths", default=None, help="comma list (default 0,1024; suite: its own)")
     bench.add_argument("--max-tokens", type=int, default=128)
     bench.add_argument("--repeats", type=int, default=3)
@@ -176,10 +123,10 @@ def main(argv: list[str] | None = None) -> int:
             return _generate(args)
         if args.command == "bench":
             if args.suite:
-                from engine_mlx.bench_suite import run_suite
+                from engine_mlx.bench.suite import run_suite
 
                 return run_suite(args)
-            from engine_mlx.bench import run_bench
+            from engine_mlx.bench.run import run_bench
 
             return run_bench(args)
         if args.command == "import-gguf":
@@ -224,28 +171,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\nCancelled.", file=sys.stderr)
         return 130
-
-
-def speculators_from_args(args: argparse.Namespace, target):
-    """The drafter and MTP head the speculation flags (``_add_speculation``) ask for."""
-    from engine_mlx.api import load_speculators
-
-    return load_speculators(
-        target,
-        args.drafter,
-        args.mtp,
-        mtp_steps=args.mtp_steps,
-        mtp_hidden=args.mtp_hidden,
-        companions=not args.no_companions,
-    )
-
-
-def resolve_model(model: Path | None) -> Path:
-    if model is not None:
-        return model
-    from engine_mlx.demo import ensure_demo_model
-
-    return ensure_demo_model()
 
 
 def read_prompt(args: argparse.Namespace) -> str | list[dict[str, str]]:

@@ -28,7 +28,9 @@ class PrefillProgress:
 @dataclass(frozen=True)
 class Tokens:
     """One step's committed tokens. ``text`` is the new printable text (it may be empty
-    while a UTF-8 character or a possible stop string is incomplete)."""
+    while a UTF-8 character or a possible stop string is incomplete). The running numbers
+    (live tok/s, tau, acceptance, depth) are the generation's so far, as ``stats`` defines
+    them, so no client recomputes them."""
 
     text: str
     token_ids: tuple[int, ...]
@@ -37,6 +39,8 @@ class Tokens:
     live_tps: float
     context_depth: int
     segments: tuple[tuple[str, bool], ...] = ()  # text split by whether it came from drafts
+    tau: float = 0.0
+    acceptance_rate: float | None = None
 
 
 @dataclass(frozen=True)

@@ -25,11 +25,8 @@ import itertools
 import math
 from dataclasses import dataclass, field
 
-MODE_NAMES = {"ar": "plain decoding", "dflash2": "DFlash2", "lookup": "prompt lookup", "mtp": "MTP"}
-
-
-def mode_name(mode: str) -> str:
-    return MODE_NAMES.get(mode, mode)
+from engine_mlx.modes import Mode
+from engine_mlx.modes import mode_phrase as mode_name
 
 
 @dataclass(frozen=True)
@@ -148,7 +145,7 @@ class CostModelPolicy:
     def _tokens(self, mode: str, depth: int) -> tuple[float | None, bool]:
         """Tokens per step and whether measured on this generation's text at this depth
         (plain decoding: always one); else the nearest measurement, from any text."""
-        if mode == "ar":
+        if mode == Mode.AR:
             return 1.0, True
         b = self.bucket(depth)
         own = self._table.get((mode, b))

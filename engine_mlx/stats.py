@@ -57,6 +57,16 @@ class GenerationStats:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class LiveStats:
+    """The running numbers after one step, as the live panel shows them."""
+
+    tps: float  # live tok/s
+    tau: float
+    acceptance_rate: float | None
+    context_depth: int
+
+
 class LiveRate:
     """Tokens per second over a sliding time window: bursty multi-token commits would make a
     per-chunk rate spike, a window does not."""
@@ -101,8 +111,8 @@ class StatsTracker:
     def prefill_done(self) -> None:
         self.t_prefill_done = self.clock()
 
-    def record(self, step: StepStats, context_depth: int) -> float:
-        """Add one step; returns the live rate."""
+    def record(self, step: StepStats, context_depth: int) -> LiveStats:
+        """Add one step; returns the running numbers."""
         now = self.clock()
         if self.t_first is None:
             self.t_first = now
@@ -114,7 +124,12 @@ class StatsTracker:
         self.accepted += step.accepted
         self.modes[step.mode] = self.modes.get(step.mode, 0) + 1
         self.context_depth = context_depth
-        return self.live.add(step.committed, now)
+        return LiveStats(
+            tps=self.live.add(step.committed, now),
+            tau=self.tokens / self.steps,
+            acceptance_rate=self.accepted / self.tested if self.tested else None,
+            context_depth=context_depth,
+        )
 
     def summary(self) -> GenerationStats:
         end = self.t_last if self.t_last is not None else self.clock()

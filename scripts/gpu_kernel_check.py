@@ -7,7 +7,7 @@
    index, or, on a machine without network, from wheels in ``--wheels DIR`` (``mlx`` for the
    machine's Python, ``mlx-cuda-13`` or ``-12`` — about 86 MB — and ``mlx-lm``; installed with
    --no-deps, so the CUDA libraries it needs must be there already).
-2. Checks that MLX's CUDA backend is live, then runs tests/kernels with
+2. Checks that MLX's CUDA backend is live, then runs tests/engine_mlx/kernels with
    ``FLASHCHAT_REQUIRE_BACKEND=cuda``: every kernel test runs on the emulator and on CUDA, and a
    CUDA case that cannot run fails instead of skipping.
 3. Times tree-verify attention (the kernel) against MLX's ``scaled_dot_product_attention``
@@ -94,7 +94,7 @@ def inside(args: argparse.Namespace) -> int:
     if not args.skip_tests:
         env = {**os.environ, "FLASHCHAT_REQUIRE_BACKEND": "cuda", "PYTHONUNBUFFERED": "1"}
         cmd = [sys.executable, "-m", "pytest", "-q", "-ra", "-p", "no:cacheprovider"]
-        status = subprocess.run([*cmd, "tests/kernels"], cwd=ROOT, env=env).returncode
+        status = subprocess.run([*cmd, "tests/engine_mlx/kernels"], cwd=ROOT, env=env).returncode
         print(f"kernel tests: {'passed' if status == 0 else 'FAILED'}", flush=True)
     bench([int(n) for n in args.lengths.split(",")], args.repeats)
     return status

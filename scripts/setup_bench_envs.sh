@@ -3,7 +3,7 @@
 #
 # Why separate environments: the three packages pin different MLX / mlx-lm versions and two
 # of them install a console command named `dflash`, so they cannot share our venv (nor each
-# other's). engine_mlx/bench_external.py runs a small runner script inside each one.
+# other's). engine_mlx/bench/external.py runs a small runner script inside each one.
 #
 # Linux CPU notes:
 # - plain `mlx` on Linux has no CPU backend; `mlx[cpu]` (the mlx-cpu wheel) provides it.

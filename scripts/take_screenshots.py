@@ -40,8 +40,8 @@ class Driver(QObject):
         self.app.primaryScreen().grabWindow(0).save(str(self.args.out / name))
         print("saved", self.args.out / name)
 
-    @Slot(dict)
-    def on_loaded(self, _info: dict) -> None:
+    @Slot(object)
+    def on_loaded(self, _info: object) -> None:
         QTimer.singleShot(500, self.start)
 
     @Slot()
@@ -65,7 +65,7 @@ class Driver(QObject):
         self.win.prompt_edit.setPlainText(prompt)
         self.win.send()
 
-    @Slot(list, dict)
+    @Slot(object)
     def on_segments(self, *_: object) -> None:
         self.segments += 1
         if self.args.switch_at:
@@ -75,11 +75,11 @@ class Driver(QObject):
         elif self.segments == 45:
             self.grab("streaming.png")
 
-    @Slot(str, str, str)
+    @Slot(object)
     def on_switch(self, *_: object) -> None:
         self.switched_at = self.segments
 
-    @Slot(str, dict, str)
+    @Slot(object)
     def on_finished(self, *_: object) -> None:
         if self.args.switch_at:
             QTimer.singleShot(300, self.app.quit)
@@ -100,8 +100,8 @@ class Driver(QObject):
             self.segments = 1
             QTimer.singleShot(300, self.finish_library)
 
-    @Slot(dict)
-    def on_loaded_library(self, _info: dict) -> None:
+    @Slot(object)
+    def on_loaded_library(self, _info: object) -> None:
         QTimer.singleShot(500, self.start_library)
 
     @Slot()

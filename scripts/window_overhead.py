@@ -27,13 +27,13 @@ class Waiter(QObject):
         self.loop = QEventLoop()
         self.stats: dict = {}
 
-    @Slot(dict)
-    def loaded(self, _info: dict) -> None:
+    @Slot(object)
+    def loaded(self, _info: object) -> None:
         self.loop.quit()
 
-    @Slot(str, dict, str)
-    def finished(self, _reason: str, stats: dict, _text: str) -> None:
-        self.stats = stats
+    @Slot(object)
+    def finished(self, event: object) -> None:
+        self.stats = event.stats.to_json()
         self.loop.quit()
 
 
@@ -48,7 +48,7 @@ def main() -> int:
 
     from app.main_window import MainWindow
     from engine_mlx.api import encode_prompt
-    from engine_mlx.session import GenerationConfig
+    from engine_mlx.config import GenerationConfig
 
     _app = QApplication(sys.argv[:1])  # kept alive for the whole run
     win = MainWindow("", db_path=Path(tempfile.mkdtemp()) / "overhead.sqlite3")

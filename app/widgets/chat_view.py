@@ -23,9 +23,9 @@ from PySide6.QtGui import QDesktopServices, QTextCursor
 from PySide6.QtWidgets import QApplication, QTextBrowser, QVBoxLayout, QWidget
 
 from app.widgets.markdown_render import Theme, code_blocks, render_markdown
+from engine_mlx.modes import mode_label
 
 SCHEME = "flashchat"
-MODE_NAMES = {"ar": "Plain", "dflash2": "DFlash2", "lookup": "Prompt lookup", "mtp": "MTP"}
 REASON_NOTES = {"cancelled": "stopped", "context_full": "context full", "max_tokens": "max tokens"}
 ROLE_LABELS = {"user": "You", "assistant": "Assistant"}
 LIVE = "live"
@@ -62,7 +62,7 @@ def format_stats(stats: dict | None, reason: str = "") -> str:
     modes = stats.get("modes") or {}
     if modes:
         mode = max(modes, key=lambda name: modes[name])
-        bits.append(MODE_NAMES.get(mode, mode))
+        bits.append(mode_label(mode))
     return " · ".join(bits)
 
 

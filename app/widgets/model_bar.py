@@ -13,6 +13,7 @@ from pathlib import Path
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QPushButton, QWidget
 
+from app.messages import ModelInfo
 from engine_mlx.companions import NO_DRAFTER
 from engine_mlx.library.catalog import list_installed
 
@@ -100,20 +101,20 @@ class ModelBar(QWidget):
             self.target_box.currentData() or "", self.drafter_box.currentData() or ""
         )
 
-    def show_loaded(self, info: dict) -> None:
+    def show_loaded(self, info: ModelInfo) -> None:
         """Select what the worker actually loaded."""
-        self.refresh(info.get("path", ""), info.get("drafter_path", ""))
-        index = self.target_box.findData(info.get("path", ""))
+        self.refresh(info.path, info.drafter_path)
+        index = self.target_box.findData(info.path)
         if index >= 0:
             self.target_box.setCurrentIndex(index)
-        dindex = self.drafter_box.findData(info.get("drafter_path", ""))
+        dindex = self.drafter_box.findData(info.drafter_path)
         self.drafter_box.setCurrentIndex(max(0, dindex))
         self.mtp_box.clear()
-        if info.get("mtp"):
-            self.mtp_box.addItem(f"MTP: {info['mtp']}")
-            self.mtp_box.setToolTip(f"Multi-token-prediction head loaded: {info['mtp']}.")
+        if info.mtp:
+            self.mtp_box.addItem(f"MTP: {info.mtp}")
+            self.mtp_box.setToolTip(f"Multi-token-prediction head loaded: {info.mtp}.")
         else:
             self.mtp_box.addItem("No MTP head")
-            self.mtp_box.setToolTip(f"MTP unavailable: {info.get('mtp_reason', '')}")
-        self.status.setText(f"{info['name']} · context {info['max_context']:,}")
-        self.status.setToolTip(info.get("backend", ""))
+            self.mtp_box.setToolTip(f"MTP unavailable: {info.mtp_reason}")
+        self.status.setText(f"{info.name} · context {info.max_context:,}")
+        self.status.setToolTip(info.backend)

@@ -1,7 +1,8 @@
 """The live speed panel: the right-hand column that makes speculative decoding visible.
 
-It is fed plain numbers by the window (no engine imports), so it can be driven by a script in
-tests and stays responsive however the engine reports progress.
+It is fed plain numbers by the window (of the engine it imports only the MLX-free ``modes``),
+so it can be driven by a script in tests and stays responsive however the engine reports
+progress.
 """
 
 from __future__ import annotations
@@ -34,14 +35,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-PLAIN_MODE = "ar"
-MODE_NAMES: dict[str, str] = {
-    "ar": "Plain",
-    "dflash2": "DFlash2",
-    "lookup": "Prompt lookup",
-    "mtp": "MTP",
-}
-AUTO = "auto"
+from engine_mlx.modes import Mode
+from engine_mlx.modes import mode_label as mode_name
 
 TAU_TOOLTIP = "tokens committed per verification step, bonus token included (plain decoding: 1.0)"
 ACCEPTANCE_TOOLTIP = (
@@ -60,11 +55,6 @@ CRITICAL_FRACTION = 0.95
 AMBER = QColor(224, 150, 30)
 RED = QColor(222, 64, 64)
 MARKER = QColor(168, 98, 222)
-
-
-def mode_name(mode: str) -> str:
-    """Human name for an engine mode id; unknown ids pass through so nothing is hidden."""
-    return MODE_NAMES.get(mode, mode)
 
 
 def _format_rate(rate: float | None) -> str:
@@ -609,7 +599,7 @@ class SpeedPanel(QWidget):
         self.mode_combo.setAccessibleName("Decoding mode")
         self.mode_combo.setToolTip("Force one decoding mode, or leave the choice to Auto")
         self.mode_combo.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
-        self.mode_combo.addItem("Auto", AUTO)
+        self.mode_combo.addItem(Mode.AUTO.label, Mode.AUTO.value)
         controls.addWidget(self.auto_switch)
         controls.addWidget(self.mode_combo, 1)
         root.addLayout(controls)
@@ -646,7 +636,7 @@ class SpeedPanel(QWidget):
         self._syncing = True
         try:
             self.mode_combo.clear()
-            self.mode_combo.addItem("Auto", AUTO)
+            self.mode_combo.addItem(Mode.AUTO.label, Mode.AUTO.value)
             for mode in self._modes:
                 self.mode_combo.addItem(mode_name(mode), mode)
             index = self.mode_combo.findData(current)
@@ -677,24 +667,14 @@ class SpeedPanel(QWidget):
             index = self.mode_combo.findData(mode)
             if index >= 0:
                 self.mode_combo.setCurrentIndex(index)
-                self.auto_switch.setChecked(mode == AUTO)
+                self.auto_switch.setChecked(mode == Mode.AUTO)
         finally:
             self._syncing = False
-
-    def is_auto(self) -> bool:
-        return self.auto_switch.isChecked()
 
     def forced_mode(self) -> str:
         """Either "auto" or the mode id the combo shows."""
         data = self.mode_combo.currentData()
-        return data if isinstance(data, str) else AUTO
-
-    def current_mode(self) -> str:
-        return self._mode
-
-    def finished_rates(self) -> dict[str, float]:
-        """Latest finished decode_tps per dominant mode (what the slower-than-plain check uses)."""
-        return dict(self._finished_rates)
+        return data if isinstance(data, str) else Mode.AUTO
 
     # --- user interaction -------------------------------------------------------------------
 
@@ -712,7 +692,7 @@ class SpeedPanel(QWidget):
     def _follow_switch(self, checked: bool) -> None:
         if checked:
             self.mode_combo.setCurrentIndex(0)
-        elif self.forced_mode() == AUTO and self.mode_combo.count() > 1:
+        elif self.forced_mode() == Mode.AUTO and self.mode_combo.count() > 1:
             index = self.mode_combo.findData(self._mode)
             self.mode_combo.setCurrentIndex(index if index > 0 else 1)
 
@@ -723,7 +703,7 @@ class SpeedPanel(QWidget):
         mode = self.forced_mode()
         self._syncing = True
         try:
-            self.auto_switch.setChecked(mode == AUTO)
+            self.auto_switch.setChecked(mode == Mode.AUTO)
         finally:
             self._syncing = False
         self.forced_mode_changed.emit(mode)
@@ -853,14 +833,14 @@ class SpeedPanel(QWidget):
         _set_text(self.context_label, f"{self._depth:,} / {maximum}")
 
     def _update_notice(self) -> None:
-        plain = self._finished_rates.get(PLAIN_MODE)
+        plain = self._finished_rates.get(Mode.AR)
         lines = []
         if plain is not None:
             order = [m for m in self._modes if m in self._finished_rates]
             order += [m for m in self._finished_rates if m not in order]
             for mode in order:
                 rate = self._finished_rates[mode]
-                if mode != PLAIN_MODE and rate < plain:
+                if mode != Mode.AR and rate < plain:
                     lines.append(
                         f"{mode_name(mode)} measured {rate:.1f} tok/s, plain decoding "
                         f"{plain:.1f} — speculation is not paying here"

@@ -22,7 +22,7 @@ def send(qtbot, win: MainWindow, text: str) -> str:
     with qtbot.waitSignal(win.worker.finished, timeout=60000) as blocker:
         win.send_button.click()
     qtbot.waitUntil(lambda: not win.generating, timeout=5000)
-    return blocker.args[2]
+    return blocker.args[0].text
 
 
 def test_damaged_history_opens_the_window_and_can_be_moved_aside(

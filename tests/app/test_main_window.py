@@ -8,6 +8,10 @@ from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QLabel
 
 from app.main_window import MainWindow
+from app.messages import LiveUpdate
+from engine_mlx.events import ModeSwitch, Started, Tokens
+from engine_mlx.modes import Mode
+from engine_mlx.stats import StepStats
 
 
 def _send(qtbot, win: MainWindow, text: str, max_tokens: int = 24) -> tuple[str, dict, str]:
@@ -18,13 +22,14 @@ def _send(qtbot, win: MainWindow, text: str, max_tokens: int = 24) -> tuple[str,
     with qtbot.waitSignal(win.worker.finished, timeout=60000) as blocker:
         win.send_button.click()
     qtbot.waitUntil(lambda: not win.generating, timeout=5000)
-    return tuple(blocker.args)
+    (finished,) = blocker.args
+    return finished.reason, finished.stats.to_json(), finished.text
 
 
 def test_send_streams_reply_with_stats(qtbot, make_window):
     win = make_window()
     streamed: list[str] = []
-    win.worker.segments.connect(lambda segs, _live: streamed.extend(t for t, _ in segs))
+    win.worker.segments.connect(lambda update: streamed.extend(t for t, _ in update.segments))
     reason, stats, text = _send(qtbot, win, "Hello there")
     assert reason in ("eos", "max_tokens")
     assert "".join(streamed) == text
@@ -32,7 +37,7 @@ def test_send_streams_reply_with_stats(qtbot, make_window):
     messages = win.store.messages(win.conversation_id)
     assert [m.role for m in messages] == ["user", "assistant"]
     assert messages[1].content == text and messages[1].stats["decode_tps"] == stats["decode_tps"]
-    assert win.panel.current_mode() in ("ar", "dflash2", "lookup")
+    assert win.panel.mode_label.text() in ("Plain", "DFlash2", "Prompt lookup")
     assert win.conversations.list.count() == 1
     assert win.worker.generation_thread_id not in (None, threading.get_ident())
 
@@ -75,23 +80,31 @@ def test_conversations_survive_a_restart(qtbot, make_window):
     assert "Remember this" in again.chat.message_text(again.store.messages(conv_id)[0].id)
 
 
+def _step(mode: Mode, *, tps: float, depth: int, tau: float, acceptance: float) -> Tokens:
+    stats = StepStats(mode, committed=2, drafted=3, tested=3, accepted=1)
+    return Tokens("", (1, 2), (True, False), stats, tps, depth, tau=tau, acceptance_rate=acceptance)
+
+
 def test_panel_follows_a_scripted_event_sequence(qtbot, make_window):
     """Worker signals as the engine would send them, including a mode switch and its reason."""
     win = make_window()
     win.generating = True
     win.chat.start_assistant()
-    win.worker.started.emit(120, "dflash2")
+    win.worker.started.emit(Started(Mode.DFLASH2, 120, 8192, "cpu"))
     win.worker.segments.emit(
-        [("Hello ", True), ("world", False)],
-        {"tps": 21.5, "depth": 130, "tau": 3.2, "acceptance": 0.71, "mode": "dflash2"},
+        LiveUpdate(
+            (("Hello ", True), ("world", False)),
+            _step(Mode.DFLASH2, tps=21.5, depth=130, tau=3.2, acceptance=0.71),
+        )
     )
     reason = "context 9,210 tokens: MTP measured 23.1 tok/s, DFlash2 17.4"
-    win.worker.mode_switched.emit("dflash2", "mtp", reason)
+    win.worker.mode_switched.emit(ModeSwitch(Mode.DFLASH2, Mode.MTP, reason))
     win.worker.segments.emit(
-        [("!", False)], {"tps": 23.0, "depth": 140, "tau": 2.1, "acceptance": 0.6, "mode": "mtp"}
+        LiveUpdate((("!", False),), _step(Mode.MTP, tps=23.0, depth=140, tau=2.1, acceptance=0.6))
     )
     qtbot.wait(10)
-    assert win.panel.current_mode() == "mtp"
+    assert win.panel.mode_label.text() == "MTP"
+    assert win.panel.tau_label.text() == "2.10" and win.panel.acceptance_label.text() == "60%"
     assert any(reason in label.text() for label in win.panel.findChildren(QLabel))
     assert "Hello world!" in win.chat.streaming_text()
     assert "140" in win.context_meter.format()

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from engine_mlx.config import GenerationConfig
 from engine_mlx.decoding.dflash_drafter import DFlashDrafter
 from engine_mlx.events import Finished, ModeSwitch, Tokens
-from engine_mlx.session import GenerationConfig, Session
+from engine_mlx.session import Session
 from tests.support.drafters import random_dflash
 
 PROMPT = "Hello world, the quick brown fox"

@@ -50,7 +50,8 @@ def test_generate_json_contract(tiny_model_dir, tiny_target):
     assert last["tokens"] == streamed and 0 < len(streamed) <= 6
     # The same greedy tokens as the engine in-process, chat template applied by default.
     from engine_mlx.api import encode_prompt
-    from engine_mlx.session import GenerationConfig, Session
+    from engine_mlx.config import GenerationConfig
+    from engine_mlx.session import Session
 
     target = tiny_target("qwen3")
     ids = encode_prompt(target, "Hello")

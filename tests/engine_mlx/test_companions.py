@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from engine_mlx.api import load_speculators
 from engine_mlx.companions import NO_DRAFTER, shipped_companions
+from engine_mlx.config import GenerationConfig
 from engine_mlx.models.target import TargetModel
-from engine_mlx.session import GenerationConfig, Session
+from engine_mlx.session import Session
 
 
 def test_other_targets_get_no_shipped_pair(tiny_target):

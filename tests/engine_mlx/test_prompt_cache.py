@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from engine_mlx.config import GenerationConfig
 from engine_mlx.decoding.dflash_drafter import DFlashDrafter
 from engine_mlx.decoding.mtp_drafter import MTPDrafter
 from engine_mlx.events import Finished
-from engine_mlx.session import GenerationConfig, Session
+from engine_mlx.session import Session
 from tests.support.drafters import random_dflash, random_mtp_head
 
 

@@ -9,9 +9,10 @@ import pytest
 from mlx_lm import load as mlx_lm_load
 from mlx_lm.generate import generate_step
 
+from engine_mlx.config import GenerationConfig
 from engine_mlx.decoding.sampling import SamplingParams
 from engine_mlx.events import Error, Finished, PrefillProgress, Started, Tokens
-from engine_mlx.session import GenerationConfig, Session
+from engine_mlx.session import Session
 from tests.conftest import ARCHS
 
 PROMPT = "The quick brown fox"
@@ -71,7 +72,7 @@ def test_eos_ends_generation(tiny_target):
     ids = target.tokenizer.encode(PROMPT)
     free = _run(Session(target), ids, max_tokens=12, ignore_eos=True)[-1].tokens
     session = Session(target)
-    session._eos = {free[4]}  # pretend the fifth greedy token is the end of the reply
+    session.eos = {free[4]}  # pretend the fifth greedy token is the end of the reply
     finished = _run(session, ids, max_tokens=12)[-1]
     assert finished.reason == "eos"
     assert finished.tokens == free[: free.index(free[4])]

@@ -126,7 +126,6 @@ def test_scripted_generation(panel: SpeedPanel) -> None:
     assert panel.rate_label.text() == "15.3"
     assert panel.tau_label.text() == "2.40"
     assert panel.acceptance_label.text() == "50%"
-    assert panel.finished_rates() == {"ar": 15.3}
     assert panel.notice_label.isHidden()
     assert "320 tokens" in panel.summary_label.text()
 
@@ -265,12 +264,12 @@ def test_user_interaction_emits_and_programmatic_changes_do_not(qtbot, panel: Sp
         qtbot.assertNotEmitted(panel.forced_mode_changed),
     ):
         panel.set_auto(False)
-        assert not panel.is_auto()
+        assert not panel.auto_switch.isChecked()
         panel.set_forced_mode("lookup")
         assert panel.forced_mode() == "lookup"
         assert panel.mode_combo.currentText() == "Prompt lookup"
         panel.set_forced_mode("auto")
-        assert panel.is_auto()
+        assert panel.auto_switch.isChecked()
         panel.set_auto(False)
         panel.set_auto(True)
         assert panel.forced_mode() == "auto"
@@ -328,8 +327,9 @@ def test_reset_forgets_measurements(panel: SpeedPanel) -> None:
     assert panel.context_label.text() == "0 / 8,192"
     assert panel.chart.points() == []
     assert panel.chart.markers() == []
-    assert panel.finished_rates() == {}
     assert panel.notice_label.isHidden()
+    panel.generation_finished(finished_stats(5.0, {"dflash2": 100}))
+    assert panel.notice_label.isHidden()  # plain decoding's rate was forgotten too
     assert panel.mode_combo.count() == 1 + len(MODES)  # configuration survives
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from engine_mlx.api import load_drafter
+from engine_mlx.config import GenerationConfig
 from engine_mlx.decoding.dflash_drafter import DFlashDrafter
 from engine_mlx.decoding.draft_vocab import (
     FILE,
@@ -17,7 +18,7 @@ from engine_mlx.decoding.draft_vocab import (
 )
 from engine_mlx.errors import ModelLoadError
 from engine_mlx.models.dflash import save_dflash
-from engine_mlx.session import GenerationConfig, Session
+from engine_mlx.session import Session
 from tests.support.drafters import random_dflash
 
 PROMPT = "Hello world, the quick brown fox"

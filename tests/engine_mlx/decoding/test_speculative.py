@@ -9,12 +9,13 @@ from collections import Counter
 import mlx.core as mx
 import pytest
 
+from engine_mlx.config import GenerationConfig
 from engine_mlx.decoding.dflash_drafter import DFlashDrafter
 from engine_mlx.decoding.sampling import Sampler, SamplingParams
 from engine_mlx.decoding.selector import AcceptanceCalibrator
 from engine_mlx.decoding.strategies import Speculative
 from engine_mlx.models.target import TargetModel
-from engine_mlx.session import GenerationConfig, Session
+from engine_mlx.session import Session
 from tests.support.drafters import OracleDrafter, random_dflash
 from tests.support.tiny_models import build_tiny_model
 

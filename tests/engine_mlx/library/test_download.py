@@ -30,7 +30,8 @@ WEIGHTS = "model.safetensors"
 
 def test_download_completes_verifies_and_loads(hub, publish, library, options) -> None:
     from engine_mlx.api import load_target
-    from engine_mlx.session import GenerationConfig, Session
+    from engine_mlx.config import GenerationConfig
+    from engine_mlx.session import Session
 
     repo = publish("org/tiny", extra={"README.md": b"# Tiny"})
     events: list[Progress] = []

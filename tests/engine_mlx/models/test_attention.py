@@ -8,8 +8,9 @@ import pytest
 from mlx_lm import load as mlx_lm_load
 from mlx_lm.models.cache import make_prompt_cache
 
+from engine_mlx.config import GenerationConfig
 from engine_mlx.models import attention
-from engine_mlx.session import GenerationConfig, Session
+from engine_mlx.session import Session
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ from pathlib import Path
 import mlx.core as mx
 import pytest
 
+from engine_mlx.config import GenerationConfig
 from engine_mlx.decoding.dflash_drafter import DFlashDrafter
 from engine_mlx.errors import ModelLoadError
 from engine_mlx.models.dflash import (
@@ -17,7 +18,7 @@ from engine_mlx.models.dflash import (
     save_dflash,
 )
 from engine_mlx.models.target import TargetModel
-from engine_mlx.session import GenerationConfig, Session
+from engine_mlx.session import Session
 from tests.support.drafters import random_dflash
 from tests.support.tiny_models import build_tiny_model
 

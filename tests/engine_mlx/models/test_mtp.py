@@ -9,12 +9,13 @@ import mlx.core as mx
 import pytest
 from mlx.utils import tree_flatten
 
+from engine_mlx.config import GenerationConfig
 from engine_mlx.decoding.mtp_drafter import MTPDrafter
 from engine_mlx.decoding.sampling import SamplingParams
 from engine_mlx.events import Error, Tokens
 from engine_mlx.models.mtp import MTPUnavailable, load_mtp, save_mtp
 from engine_mlx.models.target import TargetModel
-from engine_mlx.session import GenerationConfig, Session
+from engine_mlx.session import Session
 from tests.engine_mlx.decoding.test_speculative import _chi_square_p
 from tests.support.drafters import random_mtp_head, write_builtin_mtp
 from tests.support.tiny_models import build_tiny_model

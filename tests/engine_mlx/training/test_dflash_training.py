@@ -8,9 +8,10 @@ import json
 import mlx.core as mx
 import numpy as np
 
+from engine_mlx.config import GenerationConfig
 from engine_mlx.decoding.dflash_drafter import DFlashDrafter
 from engine_mlx.models.dflash import load_dflash
-from engine_mlx.session import GenerationConfig, Session
+from engine_mlx.session import Session
 from engine_mlx.training.dflash import (
     BlockSampler,
     DrafterTrainConfig,

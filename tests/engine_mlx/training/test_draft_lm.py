@@ -9,7 +9,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from engine_mlx.bench_suite import mlx_lm_runner
+from engine_mlx.bench.mlx_lm import mlx_lm_runner
 from engine_mlx.training.dataset import Shard, shard_paths
 from engine_mlx.training.draft_lm import (
     HISTORY_FILE,

@@ -7,9 +7,10 @@ import json
 
 import numpy as np
 
+from engine_mlx.config import GenerationConfig
 from engine_mlx.decoding.mtp_drafter import MTPDrafter
 from engine_mlx.models.mtp import load_mtp
-from engine_mlx.session import GenerationConfig, Session
+from engine_mlx.session import Session
 from engine_mlx.training.mtp import MTPTrainConfig, train_mtp
 
 

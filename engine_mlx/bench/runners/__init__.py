@@ -1,4 +1,4 @@
-"""Runner scripts for the external benchmark baselines (see ``engine_mlx.bench_external``).
+"""Runner scripts for the external benchmark baselines (see ``engine_mlx.bench.external``).
 
 Each ``run_*.py`` runs as a script inside one implementation's own virtual environment,
 never imported by engine_mlx: it may import only that environment's packages and the

@@ -16,7 +16,7 @@ from engine_mlx.models.target import TargetModel
 from engine_mlx.training.math_problems import math_problem
 from engine_mlx.training.prompts import PromptBuilder, default_sources
 
-PROSE_FILE = Path(__file__).resolve().parent.parent / "resources" / "bench" / "prose.txt"
+PROSE_FILE = Path(__file__).resolve().parents[2] / "resources" / "bench" / "prose.txt"
 EVAL_SEED = 1_000_003
 SHORT_PROMPT = 160  # tokens of a depth-0 code or prose prompt
 

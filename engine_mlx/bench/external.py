@@ -3,9 +3,9 @@
 Why child processes: z-lab's ``dflash``, ``dflash-mlx`` and ``mlx-dspark`` pin different MLX
 and mlx-lm versions and two of them install a ``dflash`` command, so none can share our
 environment. ``scripts/setup_bench_envs.sh`` makes one venv per implementation; here each
-gets a runner script (``engine_mlx/bench_runners/run_*.py``) started once with the target
+gets a runner script (``engine_mlx/bench/runners/run_*.py``) started once with the target
 and our drafter exported in z-lab's v1 layout, then asked for generations over JSON lines
-(the protocol is described in ``bench_runners/_protocol.py``). Every implementation that
+(the protocol is described in ``runners/_protocol.py``). Every implementation that
 cannot run says why, in words, for the report's ``baselines_not_run``.
 """
 
@@ -19,19 +19,17 @@ import sys
 import tempfile
 import threading
 import weakref
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 import mlx.core as mx
 
+from engine_mlx.bench.measure import Runner
 from engine_mlx.errors import EngineError
 from engine_mlx.models.dflash import DFlashModel, save_dflash
 
-Runner = Callable[[list[int], int], dict[str, Any]]
-
-RUNNERS_DIR = Path(__file__).resolve().parent / "bench_runners"
+RUNNERS_DIR = Path(__file__).resolve().parent / "runners"
 SETUP_HINT = "run scripts/setup_bench_envs.sh"
 LOAD_TIMEOUT_S = 900.0  # import + load + a short test generation, on a busy CPU
 REQUEST_TIMEOUT_S = 1800.0
@@ -41,7 +39,7 @@ REQUEST_TIMEOUT_S = 1800.0
 class Baseline:
     name: str  # as it appears in the report
     env: str  # folder under the environments folder
-    script: str  # runner in bench_runners/
+    script: str  # runner in runners/
 
 
 BASELINES = (
@@ -58,7 +56,7 @@ class ExternalError(EngineError):
 def default_envs_dir() -> Path:
     """``FLASHCHAT_BENCH_ENVS``, else ``.bench-envs/`` beside the package (the repo root)."""
     override = os.environ.get("FLASHCHAT_BENCH_ENVS")
-    return Path(override) if override else Path(__file__).resolve().parents[1] / ".bench-envs"
+    return Path(override) if override else Path(__file__).resolve().parents[2] / ".bench-envs"
 
 
 def export_v1(drafter: DFlashModel, mask_id: int, block: int, folder: Path) -> Path:
@@ -222,27 +220,6 @@ def external_baselines(
             info = ", ".join(f"{k} {v}" for k, v in hello.get("info", {}).items())
             print(f"# {baseline.name} (external, {envs / baseline.env}): {info}", file=sys.stderr)
     return runners, reasons
-
-
-def merge_baselines(
-    baselines: dict[str, Runner],
-    skipped: dict[str, str],
-    runners: dict[str, Runner],
-    reasons: dict[str, str],
-) -> None:
-    """Add ``external_baselines``' results to the suite's, in place. An external z-lab
-    replaces the in-process one (its own pinned environment is the reference z-lab ships);
-    the in-process one stays as the fallback when the external one cannot run."""
-    for name, runner in runners.items():
-        baselines[name] = runner
-        skipped.pop(name, None)
-    for name, reason in reasons.items():
-        if name in baselines:
-            print(f"# {name}: in-process fallback; external not run: {reason}", file=sys.stderr)
-        elif name in skipped:
-            skipped[name] = f"{skipped[name]}; external: {reason}"
-        else:
-            skipped[name] = reason
 
 
 def _model_type(target_path: Path) -> str:

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from engine_mlx.bench import run_ours
-from engine_mlx.bench_external import (
+from engine_mlx.bench.external import (
     BASELINES,
     RUNNERS_DIR,
     SETUP_HINT,
@@ -21,11 +20,12 @@ from engine_mlx.bench_external import (
     default_envs_dir,
     export_v1,
     external_baselines,
-    merge_baselines,
 )
+from engine_mlx.bench.measure import run_ours
+from engine_mlx.config import GenerationConfig
 from engine_mlx.decoding.dflash_drafter import DFlashDrafter
 from engine_mlx.errors import EngineError
-from engine_mlx.session import GenerationConfig, Session
+from engine_mlx.session import Session
 from tests.support.drafters import random_dflash
 
 # A runner with no MLX: echoes the prompt's last id + 1, 2, ... in steps of two tokens, or
@@ -101,27 +101,6 @@ def test_v1_export_carries_the_session_mask_and_block(tiny_target, tmp_path):
     cfg = json.loads((folder / "config.json").read_text())
     assert cfg["block_size"] == 4 and cfg["dflash_config"]["mask_token_id"] == 7
     assert "local_conv_kernel" not in cfg["dflash_config"]
-
-
-def test_merge_prefers_external_and_keeps_in_process_as_fallback():
-    def in_process(prompt, n):
-        return {}
-
-    def external(prompt, n):
-        return {}
-
-    baselines = {"mlx-lm": in_process, "z-lab": in_process}
-    skipped: dict[str, str] = {}
-    merge_baselines(baselines, skipped, {"z-lab": external}, {"dflash-mlx": "no env"})
-    assert baselines["z-lab"] is external and skipped == {"dflash-mlx": "no env"}
-
-    baselines, skipped = {"z-lab": in_process}, {}
-    merge_baselines(baselines, skipped, {}, {"z-lab": "no env"})
-    assert baselines["z-lab"] is in_process and skipped == {}
-
-    baselines, skipped = {}, {"z-lab": "dflash not importable"}
-    merge_baselines(baselines, skipped, {}, {"z-lab": "no env"})
-    assert skipped == {"z-lab": "dflash not importable; external: no env"}
 
 
 @pytest.fixture(scope="module")

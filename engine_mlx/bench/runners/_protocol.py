@@ -1,7 +1,7 @@
 """The runner side of the external-baseline protocol; stdlib only, shared by ``run_*.py``.
 
 Why a child process: each public implementation lives in its own virtual environment
-(clashing MLX pins and command names), so ``engine_mlx.bench_external`` starts
+(clashing MLX pins and command names), so ``engine_mlx.bench.external`` starts
 ``<env>/bin/python run_<name>.py --target DIR --drafter DIR --block B [--dtype D]`` and
 talks JSON lines with it:
 

@@ -8,122 +8,24 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
-import time
-from collections.abc import Callable
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
-import mlx.core as mx
-
+from engine_mlx.arguments import config_from_args, parse_modes, resolve_model, speculators_from_args
 from engine_mlx.backend import backend_info
-from engine_mlx.errors import EngineError
-from engine_mlx.events import Error, Finished, Tokens
-from engine_mlx.models.target import TargetModel
-from engine_mlx.session import MODES, GenerationConfig, Session
-
-FILLER = (
-    "The history of computing is a story of abstractions layered on one another, from "
-    "switches and gates to instruction sets, compilers, operating systems and networks. "
+from engine_mlx.bench.external import external_baselines
+from engine_mlx.bench.measure import (
+    context_prompt,
+    machine_description,
+    run_ours,
+    verify_costs,
 )
-
-
-def context_prompt(target: TargetModel, depth: int) -> list[int]:
-    """``depth`` tokens of deterministic prose (at least a short question)."""
-    question = target.tokenizer.encode("Summarise the text above in one paragraph.")
-    if depth <= len(question):
-        return question
-    filler = target.tokenizer.encode(FILLER * (depth // 8 + 4))
-    return filler[: depth - len(question)] + question
-
-
-def machine_description() -> str:
-    import os
-
-    cores = os.cpu_count()
-    py = platform.python_version()
-    return f"{platform.system()} {platform.machine()}, {cores} cores, Python {py}"
-
-
-def run_ours(session: Session, prompt: list[int], config: GenerationConfig) -> dict[str, Any]:
-    """One generation, measured; always ``config.max_tokens`` tokens (EOS ignored)."""
-    config = replace(config, ignore_eos=True)
-    finished, steps = None, []
-    for event in session.generate(prompt, config):
-        if isinstance(event, Tokens):
-            steps.append(event.step)
-        elif isinstance(event, Finished):
-            finished = event
-        elif isinstance(event, Error):
-            raise EngineError(event.message)
-    if finished is None:
-        raise EngineError(f"bench: mode {config.mode} produced no result")
-    s = finished.stats
-    spec_steps = steps[1:] or steps  # the first step is the prefill's token
-    n = len(spec_steps)
-    return {
-        "prefill_tps": s.prefill_tps,
-        "ttft_s": s.ttft_s,
-        "decode_tps": s.decode_tps,
-        "tau": s.tau,
-        "acceptance": s.acceptance_rate if s.acceptance_rate is not None else float("nan"),
-        "tokens": s.generated_tokens,
-        "draft_ms": 1000 * sum(x.draft_s for x in spec_steps) / n,
-        "verify_ms": 1000 * sum(x.verify_s for x in spec_steps) / n,
-        "commit_ms": 1000 * sum(x.commit_s for x in spec_steps) / n,
-        "step_ms": 1000 * sum(x.seconds for x in spec_steps) / n,
-        "output": list(finished.tokens),
-        "modes": dict(s.modes),
-    }
-
-
-def verify_costs(target: TargetModel, prompt: list[int], sizes: list[int]) -> dict[int, float]:
-    """ms of one target forward over ``n`` new tokens (a tree of n nodes) after ``prompt``."""
-    cache = target.make_cache()
-    mx.eval(target.forward(mx.array(prompt), cache, last_only=True).logits)
-    depth = target.cache_length(cache)
-    out = {}
-    for n in sizes:
-        tokens = mx.array([(7 * i + 3) % 100 for i in range(n)])
-        times = []
-        for _ in range(3):
-            t0 = time.perf_counter()
-            mx.eval(target.forward(tokens, cache).logits)
-            times.append(time.perf_counter() - t0)
-            target.trim(cache, n) if target.can_trim(cache) else None
-        out[n] = 1000 * statistics.median(times)
-        assert target.cache_length(cache) == depth or not target.can_trim(cache)
-    return out
-
-
-def make_baseline(path: Path, dtype: mx.Dtype) -> Callable[[list[int], int], dict[str, float]]:
-    """mlx-lm's own ``stream_generate`` on the same folder and compute dtype."""
-    from mlx_lm import load, stream_generate
-
-    model, tokenizer = load(str(path))
-    model.set_dtype(dtype)
-    tokenizer.eos_token_ids = set()  # like ignore_eos: always max_tokens
-
-    def run(prompt: list[int], max_tokens: int) -> dict[str, float]:
-        start = time.perf_counter()
-        first = last = None
-        count = 0
-        for _ in stream_generate(model, tokenizer, mx.array(prompt), max_tokens=max_tokens):
-            last = time.perf_counter()
-            first = first or last
-            count += 1
-        ttft = first - start
-        return {
-            "prefill_tps": len(prompt) / ttft,
-            "ttft_s": ttft,
-            "decode_tps": (count - 1) / (last - first) if count > 1 else 0.0,
-            "tau": 1.0,
-            "tokens": count,
-        }
-
-    return run
+from engine_mlx.bench.mlx_lm import mlx_lm_runner
+from engine_mlx.errors import EngineError
+from engine_mlx.models.target import TargetModel
+from engine_mlx.modes import Mode
+from engine_mlx.session import Session
 
 
 def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -136,39 +38,31 @@ def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    from engine_mlx.cli import config_from_args, resolve_model, speculators_from_args
-
     path = resolve_model(args.model)
-    modes = [m.strip() for m in (args.modes or "ar").split(",") if m.strip()]
-    unknown = [m for m in modes if m not in MODES]
-    if unknown:
-        raise EngineError(f"unknown mode(s) {unknown}; available: {', '.join(MODES)}")
+    modes = parse_modes(args.modes or Mode.AR)
     widths = [int(w) for w in (args.widths or "1").split(",") if w.strip()]
     depths = [int(d) for d in (args.depths or "0,1024").split(",") if d.strip()]
     target = TargetModel.load(path)
     speculators = speculators_from_args(args, target)
     drafter, mtp, mtp_reason = speculators.drafter, speculators.mtp, speculators.mtp_reason
-    if "dflash2" in modes and drafter is None:
+    if Mode.DFLASH2 in modes and drafter is None:
         raise EngineError("mode dflash2 needs --drafter DIR (init-drafter makes a random one)")
-    if "mtp" in modes and mtp is None:
+    if Mode.MTP in modes and mtp is None:
         raise EngineError(f"mode mtp: {mtp_reason}")
     session = Session(target, drafter, mtp, mtp_reason)
-    baseline = None if args.no_baseline else make_baseline(path, target.dtype)
+    baseline = None if args.no_baseline else mlx_lm_runner(path, target.dtype, keep_prefill=False)
     zlab = None
-    if "dflash2" in modes and drafter is not None and not args.no_baseline:
-        from engine_mlx.bench_zlab import make_zlab_runner, zlab_available
-
-        if zlab_available():
-            zlab = make_zlab_runner(
-                path,
-                drafter.model,
-                drafter.mask_id,
-                target.dtype,
-                args.block or drafter.block_size,
-            )
+    if Mode.DFLASH2 in modes and drafter is not None and not args.no_baseline:
+        block = args.block or drafter.block_size
+        found, not_run = external_baselines(
+            path, drafter.model, drafter.mask_id, block, args.bench_envs, target.dtype, ("z-lab",)
+        )
+        zlab = found.get("z-lab")
+        for name, reason in not_run.items():
+            print(f"# {name} not run: {reason}")
     info = backend_info(target.dtype)
     print(f"# {machine_description()}; {info.describe()}; model {path.name}")
-    cells = [(m, w) for m in modes for w in (widths if m not in ("ar", "mtp") else [1])]
+    cells = [(m, w) for m in modes for w in (widths if m not in (Mode.AR, Mode.MTP) else [1])]
     base = config_from_args(args)
     block = args.block or (drafter.block_size if drafter else 8)
     rows: list[dict[str, Any]] = []
@@ -177,7 +71,7 @@ def run_bench(args: argparse.Namespace) -> int:
         prompt = context_prompt(target, depth)
         if len(prompt) + args.max_tokens + block >= target.spec.max_context:
             raise EngineError(f"depth {depth} + {args.max_tokens} tokens exceeds the context")
-        run_ours(session, prompt[:16], replace(base, mode="ar", max_tokens=4))  # warm-up
+        run_ours(session, prompt[:16], replace(base, mode=Mode.AR, max_tokens=4))  # warm-up
         if baseline:
             baseline(prompt[:16], 4)
         if zlab:
@@ -206,10 +100,16 @@ def run_bench(args: argparse.Namespace) -> int:
             rows.append(row)
         if base_runs:
             rows.append(
-                {"impl": "mlx-lm", "mode": "ar", "width": 1, "depth": depth, **_median(base_runs)}
+                {
+                    "impl": "mlx-lm",
+                    "mode": Mode.AR,
+                    "width": 1,
+                    "depth": depth,
+                    **_median(base_runs),
+                }
             )
         if zlab_runs:
-            row = {"impl": "z-lab", "mode": "dflash2", "width": 1, "depth": depth}
+            row = {"impl": "z-lab", "mode": Mode.DFLASH2, "width": 1, "depth": depth}
             row |= _median(zlab_runs)
             row["identical_to_first"] = all(r["output"] == reference for r in zlab_runs)
             rows.append(row)
@@ -243,7 +143,7 @@ def _ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     speed over our own plain decoding."""
     base = {r["depth"]: r for r in rows if r["impl"] == "mlx-lm"}
     zlab = {r["depth"]: r for r in rows if r["impl"] == "z-lab"}
-    ours_ar = {r["depth"]: r for r in rows if r["impl"] == "flashchat" and r["mode"] == "ar"}
+    ours_ar = {r["depth"]: r for r in rows if r["impl"] == "flashchat" and r["mode"] == Mode.AR}
     out = []
     for r in rows:
         if r["impl"] != "flashchat":
@@ -255,7 +155,7 @@ def _ratios(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             entry["prefill_vs_mlx_lm"] = r["prefill_tps"] / b["prefill_tps"]
         if r["depth"] in ours_ar:
             entry["decode_vs_ar"] = r["decode_tps"] / ours_ar[r["depth"]]["decode_tps"]
-        if r["mode"] == "dflash2" and r["depth"] in zlab:
+        if r["mode"] == Mode.DFLASH2 and r["depth"] in zlab:
             entry["decode_vs_zlab"] = r["decode_tps"] / zlab[r["depth"]]["decode_tps"]
         out.append(entry)
     return out
@@ -286,7 +186,7 @@ def _print_table(rows: list[dict[str, Any]], ratios: list[dict[str, Any]]) -> No
 
 def _print_auto_choices(rows: list[dict[str, Any]]) -> None:
     for r in rows:
-        if r["impl"] == "flashchat" and r["mode"] == "auto" and r.get("modes"):
+        if r["impl"] == "flashchat" and r["mode"] == Mode.AUTO and r.get("modes"):
             steps = ", ".join(f"{m} {n} steps" for m, n in r["modes"].items())
             print(f"auto at depth {r['depth']} (width {r['width']}): {steps}")
 

@@ -1,0 +1,33 @@
+"""What the engine worker sends the window: frozen values that cross the thread boundary as
+they are. The engine's own events (``Started``, ``ModeSwitch``, ``Finished``) travel
+unchanged; these two add what only the app needs. No Qt and no MLX here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine_mlx.events import Tokens
+from engine_mlx.modes import Mode
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the window shows once a model is loaded."""
+
+    name: str
+    path: str
+    backend: str
+    max_context: int
+    modes: tuple[Mode, ...]  # ``modes.available_modes``: what this target and its companions offer
+    drafter: str = ""  # the drafter's folder name ("" when none)
+    drafter_path: str = ""
+    mtp: str = ""  # where the MTP head came from ("" when none)
+    mtp_reason: str = ""  # why there is none
+
+
+@dataclass(frozen=True)
+class LiveUpdate:
+    """Text streamed since the last update, and the latest step with its running numbers."""
+
+    segments: tuple[tuple[str, bool], ...]  # (text, came from drafted tokens)
+    latest: Tokens | None

@@ -1,0 +1,93 @@
+"""What both benchmarks measure the same way: our engine's runs, the machine, the prompts of a
+given depth, and the cost of one verify forward by tree size."""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import mlx.core as mx
+
+from engine_mlx.config import GenerationConfig
+from engine_mlx.errors import EngineError
+from engine_mlx.events import Error, Finished, Tokens
+from engine_mlx.models.target import TargetModel
+from engine_mlx.session import Session
+
+Runner = Callable[[list[int], int], dict[str, Any]]  # (prompt ids, max tokens) -> measurements
+
+FILLER = (
+    "The history of computing is a story of abstractions layered on one another, from "
+    "switches and gates to instruction sets, compilers, operating systems and networks. "
+)
+
+
+def context_prompt(target: TargetModel, depth: int) -> list[int]:
+    """``depth`` tokens of deterministic prose (at least a short question)."""
+    question = target.tokenizer.encode("Summarise the text above in one paragraph.")
+    if depth <= len(question):
+        return question
+    filler = target.tokenizer.encode(FILLER * (depth // 8 + 4))
+    return filler[: depth - len(question)] + question
+
+
+def machine_description() -> str:
+    cores = os.cpu_count()
+    py = platform.python_version()
+    return f"{platform.system()} {platform.machine()}, {cores} cores, Python {py}"
+
+
+def run_ours(session: Session, prompt: list[int], config: GenerationConfig) -> dict[str, Any]:
+    """One generation, measured; always ``config.max_tokens`` tokens (EOS ignored)."""
+    config = replace(config, ignore_eos=True)
+    finished, steps = None, []
+    for event in session.generate(prompt, config):
+        if isinstance(event, Tokens):
+            steps.append(event.step)
+        elif isinstance(event, Finished):
+            finished = event
+        elif isinstance(event, Error):
+            raise EngineError(event.message)
+    if finished is None:
+        raise EngineError(f"bench: mode {config.mode} produced no result")
+    s = finished.stats
+    spec_steps = steps[1:] or steps  # the first step is the prefill's token
+    n = len(spec_steps)
+    return {
+        "prefill_tps": s.prefill_tps,
+        "ttft_s": s.ttft_s,
+        "decode_tps": s.decode_tps,
+        "tau": s.tau,
+        "acceptance": s.acceptance_rate if s.acceptance_rate is not None else float("nan"),
+        "tokens": s.generated_tokens,
+        "draft_ms": 1000 * sum(x.draft_s for x in spec_steps) / n,
+        "verify_ms": 1000 * sum(x.verify_s for x in spec_steps) / n,
+        "commit_ms": 1000 * sum(x.commit_s for x in spec_steps) / n,
+        "step_ms": 1000 * sum(x.seconds for x in spec_steps) / n,
+        "output": list(finished.tokens),
+        "modes": dict(s.modes),
+    }
+
+
+def verify_costs(target: TargetModel, prompt: list[int], sizes: list[int]) -> dict[int, float]:
+    """ms of one target forward over ``n`` new tokens (a tree of n nodes) after ``prompt``."""
+    cache = target.make_cache()
+    mx.eval(target.forward(mx.array(prompt), cache, last_only=True).logits)
+    depth = target.cache_length(cache)
+    out = {}
+    for n in sizes:
+        tokens = mx.array([(7 * i + 3) % 100 for i in range(n)])
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            mx.eval(target.forward(tokens, cache).logits)
+            times.append(time.perf_counter() - t0)
+            target.trim(cache, n) if target.can_trim(cache) else None
+        out[n] = 1000 * statistics.median(times)
+        assert target.cache_length(cache) == depth or not target.can_trim(cache)
+    return out

@@ -1,0 +1,223 @@
+"""One generation, from a checked config to its last event: prefill, then decode steps.
+
+Holds what lives exactly as long as one reply: the cache, the strategies built for it, the
+statistics and the text. ``Session`` owns what outlives it (models, kept prefill, policies,
+acceptance calibration) and starts one of these per ``generate``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Generator, Iterator, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import mlx.core as mx
+
+from engine_mlx.backend import backend_info
+from engine_mlx.chat import IncrementalDetokenizer, StopStringFilter
+from engine_mlx.config import GenerationConfig
+from engine_mlx.decoding.ngram import NGramIndex
+from engine_mlx.decoding.sampling import Sampler
+from engine_mlx.decoding.strategies import Drafter, Strategy
+from engine_mlx.events import Event, Finished, ModeSwitch, PrefillProgress, Started, Tokens
+from engine_mlx.modes import Mode
+from engine_mlx.prompt_cache import PrefilledPrompt, snapshot_cache
+from engine_mlx.stats import StatsTracker
+
+if TYPE_CHECKING:
+    from engine_mlx.session import Session
+
+
+class DrafterGroup:
+    """The drafters one generation keeps fed: the verify forward captures the union of their
+    layers, and every token that goes through the target reaches each of them — observed by
+    the one drafting now, deferred (cheap) by idle ones, which catch up when chosen."""
+
+    def __init__(self, drafters: list[Drafter]) -> None:
+        self.drafters = drafters
+        self.capture = tuple(sorted({lid for d in drafters for lid in d.capture_layers}))
+
+    def _select(self, drafter: Drafter, features: list[mx.array]) -> list[mx.array]:
+        return [features[self.capture.index(lid)] for lid in drafter.capture_layers]
+
+    def observe_all(self, ids: Sequence[int], features: list[mx.array]) -> None:
+        for d in self.drafters:
+            d.observe(ids, self._select(d, features))
+
+    def feed(self, ids: Sequence[int], features: list[mx.array], active: Drafter | None) -> None:
+        for d in self.drafters:
+            sub = self._select(d, features)
+            (d.observe if d is active else d.defer)(ids, sub)
+
+
+class Generation:
+    """Yields Started, PrefillProgress*, Tokens*, then Finished; cancellable between prefill
+    chunks and between steps, the points where no MLX work is half done."""
+
+    def __init__(
+        self,
+        session: Session,
+        prompt: list[int],
+        config: GenerationConfig,
+        mode: Mode,
+        cancel: threading.Event,
+        sampler: Sampler,
+    ) -> None:
+        self.session, self.target = session, session.target
+        self.prompt, self.config, self.cancel, self.sampler = prompt, config, cancel, sampler
+        self.requested = mode
+        self.max_context = session.max_context
+        self.stats = StatsTracker(len(prompt), self.max_context)
+        self.eos = set() if config.ignore_eos else session.eos
+        self.cache = self.target.make_cache()
+        self.group = DrafterGroup(session.drafters_for(mode))
+        self.lookup = NGramIndex() if config.lookup else None
+        self.policy = session.policy(config) if mode is Mode.AUTO else None
+        self.strategies: dict[Mode, Strategy] = {}
+        self.detok = IncrementalDetokenizer(self.target.tokenizer)
+        self.stops = StopStringFilter(config.stop_strings)
+        self.text_parts: list[str] = []
+        self.tokens: list[int] = []
+        self.depth = len(prompt)
+
+    def events(self) -> Iterator[Event]:
+        prompt = self.prompt
+        yield Started(self.requested, len(prompt), self.max_context, backend_info().describe())
+        mode = self.policy.choose(len(prompt), None).mode if self.policy else self.requested
+        for drafter in self.group.drafters:
+            drafter.reset()
+        logits = yield from self._prefill()
+        if logits is None:
+            yield self._finish("cancelled")
+            return
+        self.stats.prefill_done()
+        yield from self._decode(Mode(mode), logits)
+
+    # --- prefill ------------------------------------------------------------------------
+
+    def _prefill(self) -> Generator[Event, None, mx.array | None]:
+        """Feeds the prompt in chunks (from a kept prefill where it serves); returns the last
+        position's logits, or None when cancelled."""
+        session, target, prompt, group = self.session, self.target, self.prompt, self.group
+        capture = group.capture
+        keep = session.keep_capture() if session.reuse_prompt else capture
+        logits, first = None, 0
+        chunks: list[tuple[list[int], list[mx.array]]] = []
+        kept = session.prefilled
+        if session.reuse_prompt and kept is not None and kept.serves(prompt, keep):
+            self.cache = kept.restore_cache()
+            logits, first, chunks = kept.logits, len(kept.ids), list(kept.chunks)
+            for ids, feats in kept.features_for(capture) if group.drafters else []:
+                group.observe_all(ids, feats)
+            if self.lookup is not None:
+                self.lookup.extend(list(kept.ids))
+            self.stats.reused_prompt_tokens = first
+        size = self.config.prefill_chunk
+        for start in range(first, len(prompt), size):
+            if self.cancel.is_set():
+                return None
+            chunk_ids = prompt[start : start + size]
+            out = target.forward(mx.array(chunk_ids), self.cache, last_only=True, capture=keep)
+            logits = out.logits
+            mx.eval(logits, out.features)
+            if group.drafters:
+                group.observe_all(chunk_ids, [out.features[keep.index(i)] for i in capture])
+            if session.reuse_prompt:
+                chunks.append((chunk_ids, out.features))
+            if self.lookup is not None:
+                self.lookup.extend(chunk_ids)
+            yield PrefillProgress(min(start + size, len(prompt)), len(prompt))
+        if session.reuse_prompt and first < len(prompt):
+            session.prefilled = PrefilledPrompt(
+                tuple(prompt), keep, snapshot_cache(self.cache), logits, chunks
+            )
+        return logits
+
+    # --- decode -------------------------------------------------------------------------
+
+    def _strategy(self, mode: Mode) -> Strategy:
+        if mode not in self.strategies:
+            self.strategies[mode] = self.session.build_strategy(
+                mode, self.config, self.cache, self.sampler, self.lookup, self.group
+            )
+        return self.strategies[mode]
+
+    def _decode(self, mode: Mode, logits: mx.array) -> Iterator[Event]:
+        strategy = self._strategy(mode)
+        strategy.begin(self.sampler.sample(logits[0, -1]))
+        while True:
+            if self.cancel.is_set():
+                reason = "cancelled"
+                break
+            if self.policy is not None and self.tokens:  # the first step is the prefill's token
+                choice = self.policy.choose(self.depth, mode)
+                if choice.mode != mode:
+                    root = strategy.release()
+                    strategy = self._strategy(Mode(choice.mode))
+                    strategy.resume(root)
+                    yield ModeSwitch(mode, choice.mode, choice.reason or "auto policy")
+                    mode = Mode(choice.mode)
+            event, hit_eos = self._step(strategy, mode)
+            yield event
+            reason = self._stop_reason(hit_eos)
+            if reason:
+                break
+        yield self._finish(reason)
+
+    def _step(self, strategy: Strategy, mode: Mode) -> tuple[Tokens, bool]:
+        """One verification step's tokens, cut at EOS, the token budget and the context."""
+        limit = min(self.config.max_tokens - len(self.tokens), self.max_context - self.depth)
+        t_step = time.perf_counter()
+        outcome = strategy.step(limit)
+        step_stats = replace(outcome.stats, seconds=time.perf_counter() - t_step)
+        if self.policy is not None and self.tokens:
+            self.policy.observe(mode, self.depth, step_stats.committed, step_stats.seconds)
+        new = outcome.tokens[:limit]
+        if self.lookup is not None:
+            self.lookup.extend(new)
+        hit_eos = next((i for i, t in enumerate(new) if t in self.eos), None)
+        if hit_eos is not None:
+            new = new[:hit_eos]
+        self.tokens.extend(new)
+        self.depth += len(new)
+        live = self.stats.record(step_stats, self.depth)
+        flags = outcome.from_draft[: len(new)]
+        n_draft = sum(flags)  # drafted tokens come first, the target's own token last
+        segments = tuple(
+            (self.stops.feed(self.detok.add(part)), is_draft)
+            for part, is_draft in ((new[:n_draft], True), (new[n_draft:], False))
+            if part
+        )
+        text = "".join(seg for seg, _ in segments)
+        self.text_parts.append(text)
+        event = Tokens(
+            text,
+            tuple(new),
+            tuple(flags),
+            step_stats,
+            live.tps,
+            live.context_depth,
+            segments,
+            tau=live.tau,
+            acceptance_rate=live.acceptance_rate,
+        )
+        return event, hit_eos is not None
+
+    def _stop_reason(self, hit_eos: bool) -> str:
+        if hit_eos:
+            return "eos"
+        if self.stops.stopped:
+            return "stop_string"
+        if len(self.tokens) >= self.config.max_tokens:
+            return "max_tokens"
+        if self.depth >= self.max_context:
+            return "context_full"
+        return ""
+
+    def _finish(self, reason: str) -> Finished:
+        stopped = reason == "stop_string"  # the text ends where the stop string began
+        self.text_parts.append("" if stopped else self.stops.feed(self.detok.flush()))
+        self.text_parts.append("" if stopped else self.stops.flush())
+        return Finished(reason, "".join(self.text_parts), tuple(self.tokens), self.stats.summary())
