@@ -3,7 +3,7 @@
 PY := .venv/bin/python
 STAMP := .venv/.flashchat-setup
 
-.PHONY: run test setup lint bench clean
+.PHONY: run test test-fast setup lint bench clean
 
 run: $(STAMP)
 	$(PY) -m engine_mlx demo
@@ -11,6 +11,11 @@ run: $(STAMP)
 
 test: $(STAMP)
 	QT_QPA_PLATFORM=offscreen FLASHCHAT_REQUIRE_ASSETS=1 $(PY) -m pytest
+
+# The edit-test loop: everything but the tests marked slow (the real demo model, sampled
+# distributions, fuzzing), under a minute on a 2-core CPU. `make test` runs them all.
+test-fast: $(STAMP)
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -m "not slow" -q
 
 setup: $(STAMP)
 

@@ -366,23 +366,6 @@ class ConversationStore:
             ).fetchall()
         return [Message(*row[:5], _load_stats(row[5])) for row in rows]
 
-    def update_message(self, message_id: int, content: str, stats: dict | None) -> None:
-        """Replaces content and stats (None clears them); bumps the conversation."""
-        if not isinstance(content, str):
-            raise TypeError(f"content must be str, not {type(content).__name__}")
-        stats_text = _dump_stats(stats)
-        with self._transaction() as conn:
-            row = conn.execute(
-                "SELECT conversation_id FROM messages WHERE id = ?", (message_id,)
-            ).fetchone()
-            if row is None:
-                raise KeyError(f"no message {message_id}")
-            conn.execute(
-                "UPDATE messages SET content = ?, stats = ? WHERE id = ?",
-                (content, stats_text, message_id),
-            )
-            self._touch(row[0])
-
     def delete_messages_from(self, conversation_id: int, message_id: int) -> None:
         """Deletes that message and every later one in the conversation (regenerate, edit)."""
         with self._transaction() as conn:

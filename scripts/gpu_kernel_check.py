@@ -125,11 +125,14 @@ def bench(lengths: list[int], repeats: int) -> None:
 
     trees = {}
     chain = CandidateTree.rooted(1)
-    chain.add_path(list(range(2, 17)))
+    for token in range(2, 17):
+        chain.add(len(chain) - 1, token)
     trees["chain 16"] = chain
     wide = CandidateTree.rooted(1)
     for branch in range(4):
-        wide.add_path([1000 * (branch + 1) + i for i in range(15)])
+        node = 0
+        for i in range(15):
+            node = wide.add(node, 1000 * (branch + 1) + i)
     trees["tree 61 (w4)"] = wide
 
     rng = np.random.default_rng(0)

@@ -100,11 +100,6 @@ class DFlashDrafter:
         if self.vocab is not None:
             self.vocab.clear_context()
 
-    @property
-    def lag(self) -> int:
-        """Committed tokens whose features wait for ``catch_up``."""
-        return sum(f[0].shape[1] for f in self._pending)
-
     def defer(self, ids: Sequence[int], features: list[mx.array]) -> None:
         """Keep features of tokens committed while another mode decodes (cheap: no drafter
         work); ``catch_up`` projects them all in one pass when the drafter is needed."""

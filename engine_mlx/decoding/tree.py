@@ -45,12 +45,6 @@ class CandidateTree:
         self.children[parent][int(token)] = node
         return node
 
-    def add_path(self, tokens: list[int], prob: float = 1.0, source: str = "draft") -> int:
-        node = 0
-        for token in tokens:
-            node = self.add(node, token, prob, source)
-        return node
-
     @property
     def width(self) -> int:
         """Root-to-leaf paths (leaves), at least 1."""

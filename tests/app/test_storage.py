@@ -117,21 +117,6 @@ def test_add_message_rejects_bad_input(store: ConversationStore) -> None:
     assert store.messages(conv.id) == []
 
 
-def test_update_message(store: ConversationStore) -> None:
-    conv = store.create_conversation()
-    message = store.add_message(conv.id, "assistant", "partial")
-    before = store.list_conversations()[0].updated_at
-    store.update_message(message.id, "complete reply", {"tokens": 3})
-    (updated,) = store.messages(conv.id)
-    assert (updated.content, updated.stats) == ("complete reply", {"tokens": 3})
-    assert updated.created_at == message.created_at
-    assert store.list_conversations()[0].updated_at > before
-    store.update_message(message.id, "again", None)
-    assert store.messages(conv.id)[0].stats is None
-    with pytest.raises(KeyError):
-        store.update_message(message.id + 99, "x", None)
-
-
 def test_delete_messages_from(store: ConversationStore) -> None:
     conv = store.create_conversation()
     other = store.create_conversation()
@@ -185,11 +170,12 @@ def test_search(search_store: ConversationStore) -> None:
 def test_search_follows_edits(search_store: ConversationStore) -> None:
     store = search_store
     conv = store.create_conversation()
-    message = store.add_message(conv.id, "assistant", "draft about walruses")
-    store.update_message(message.id, "final about penguins", None)
+    draft = store.add_message(conv.id, "assistant", "draft about walruses")
+    store.delete_messages_from(conv.id, draft.id)  # what editing and regenerating do
+    final = store.add_message(conv.id, "assistant", "final about penguins")
     assert store.search("walrus") == []
     assert titles(store.search("penguin")) == ["New chat"]
-    store.delete_messages_from(conv.id, message.id)
+    store.delete_messages_from(conv.id, final.id)
     assert store.search("penguin") == []
 
 

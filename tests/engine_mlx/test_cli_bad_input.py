@@ -155,6 +155,7 @@ FUZZ = settings(
 
 @FUZZ
 @given(content=st.binary(max_size=60) | JSON.map(lambda v: json.dumps(v).encode()))
+@pytest.mark.slow
 def test_fuzzed_prompt_files(model: Path, content: bytes) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         prompt = Path(tmp) / "prompt"
@@ -166,6 +167,7 @@ def test_fuzzed_prompt_files(model: Path, content: bytes) -> None:
 
 @FUZZ
 @given(messages=MESSAGES, system=st.none() | st.text(max_size=10))
+@pytest.mark.slow
 def test_fuzzed_chat_messages(model: Path, messages: Any, system: str | None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         prompt = Path(tmp) / "messages.json"

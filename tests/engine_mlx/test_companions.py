@@ -3,6 +3,8 @@ request, and lossless on the real SmolLM2."""
 
 from __future__ import annotations
 
+import pytest
+
 from engine_mlx.api import load_speculators
 from engine_mlx.companions import NO_DRAFTER, shipped_companions
 from engine_mlx.config import GenerationConfig
@@ -16,6 +18,7 @@ def test_other_targets_get_no_shipped_pair(tiny_target):
     assert load_speculators(target).drafter is None
 
 
+@pytest.mark.slow
 def test_demo_model_drafts_losslessly_with_the_shipped_pair(smollm2_dir):
     target = TargetModel.load(smollm2_dir)
     shipped = shipped_companions(target.spec)

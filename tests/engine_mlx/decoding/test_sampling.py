@@ -72,6 +72,7 @@ def test_min_p_and_temperature():
     assert hot[3] > 0.05  # a higher temperature flattens
 
 
+@pytest.mark.slow
 def test_sampled_frequencies_match_distribution():
     logits = mx.array([1.0, 0.0, -1.0])
     draws = np.array(_draw(SamplingParams(temperature=1.0, seed=1), logits, n=3000))

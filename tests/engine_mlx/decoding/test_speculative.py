@@ -139,6 +139,7 @@ def tiny_vocab_target(tmp_path_factory) -> TargetModel:
     return TargetModel.load(path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("width", [1, 3])
 def test_sampled_distribution_matches_plain_sampling(width, tiny_vocab_target):
     target = tiny_vocab_target

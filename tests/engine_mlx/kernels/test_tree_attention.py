@@ -22,7 +22,8 @@ def random_tree(rng: np.random.Generator, nodes: int) -> CandidateTree:
 
 def chain(nodes: int) -> CandidateTree:
     tree = CandidateTree.rooted(1)
-    tree.add_path(list(range(2, nodes + 1)))
+    for token in range(2, nodes + 1):
+        tree.add(len(tree) - 1, token)
     return tree
 
 

@@ -15,8 +15,8 @@ def test_kernels_race_free_under_tsan():
     tsan = EmulatorExecutor(tsan=True)
     rng = np.random.default_rng(0)
     tree = CandidateTree.rooted(1)
-    tree.add_path([2, 3])
-    tree.add_path([4])
+    tree.add(tree.add(0, 2), 3)  # the root's two branches: 2 -> 3, and 4
+    tree.add(0, 4)
     q = mx.array(rng.standard_normal((1, 4, 4, 64), dtype=np.float32))  # 16 rows: 2 SIMD groups
     k = mx.array(rng.standard_normal((1, 1, 48, 64), dtype=np.float32))[..., :40, :]  # strided
     v = mx.array(rng.standard_normal((1, 1, 48, 64), dtype=np.float32))[..., :40, :]

@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -15,6 +16,8 @@ from engine_mlx.errors import EngineError
 from engine_mlx.library.catalog import list_installed
 from engine_mlx.library.download import DownloadOptions, pending_downloads, pull
 from engine_mlx.library.sources import HubSource
+
+pytestmark = pytest.mark.slow  # fuzzing: seconds, not milliseconds
 
 JSON = st.recursive(
     st.none()

@@ -125,6 +125,7 @@ def _assert_every_reader_copes(folder: Path, *, load: bool) -> None:
 SMALL = st.integers(-3, 300) | st.sampled_from(["x", None, 1.5, [], {}, True])
 
 
+@pytest.mark.slow
 @FUZZ
 @given(changes=st.dictionaries(st.sampled_from(CONFIG_FIELDS), JSON, min_size=1, max_size=4))
 def test_fuzzed_config_fields_never_escape_as_other_exceptions(
@@ -149,6 +150,7 @@ def test_fuzzed_config_fields_never_escape_as_other_exceptions(
     ),
     arch=st.sampled_from(ARCHS),
 )
+@pytest.mark.slow
 def test_fuzzed_configs_load_or_fail_with_a_message(
     tiny_model_dir: Callable[[str], Path], changes: dict[str, Any], arch: str
 ) -> None:
@@ -161,6 +163,7 @@ def test_fuzzed_configs_load_or_fail_with_a_message(
         _assert_every_reader_copes(folder, load=True)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(config=JSON)
 def test_any_json_as_config(tiny_model_dir: Callable[[str], Path], config: Any) -> None:
@@ -188,6 +191,7 @@ HEADERS = (
 @given(
     header=HEADERS, data=st.binary(max_size=600), raw_length=st.none() | st.integers(0, 2**64 - 1)
 )
+@pytest.mark.slow
 def test_fuzzed_safetensors_headers(
     tiny_model_dir: Callable[[str], Path], header: Any, data: bytes, raw_length: int | None
 ) -> None:

@@ -69,6 +69,7 @@ def test_separate_file_head_on_llama(tiny_target, tmp_path):
     assert finished.stats.drafted > 0 and finished.stats.modes == {"mtp": finished.stats.steps}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ["qwen3_5", "llama"])
 def test_sampled_mtp_matches_plain_sampling_in_distribution(arch, tmp_path):
     """qwen3_5 with a built-in head, llama with a separate file; a 12-token vocabulary."""

@@ -77,13 +77,3 @@ def test_training_lowers_loss_resumes_and_stays_lossless(tiny_dataset, tiny_targ
     spec_cfg = GenerationConfig(max_tokens=24, ignore_eos=True, mode="dflash2", width=2)
     spec = list(Session(target, drafter).generate(ids, spec_cfg))
     assert spec[-1].tokens == plain[-1].tokens
-
-
-def test_loss_curves_plot(tiny_dataset, tiny_target, tmp_path):
-    from engine_mlx.training.curves import plot_curves
-
-    target = tiny_target("llama")
-    short = DrafterTrainConfig(**{**CONFIG.__dict__, "steps": 4, "checkpoint_every": 2})
-    train_drafter(target, tiny_dataset, tmp_path / "d", short, log=lambda _: None)
-    png = plot_curves({"drafter": tmp_path / "d" / "train_state.json"}, tmp_path / "c.png")
-    assert png.read_bytes()[:4] == b"\x89PNG"

@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -15,6 +16,8 @@ from engine_mlx.errors import GGUFImportError
 from engine_mlx.models.gguf import import_gguf
 from engine_mlx.models.gguf.reader import read_gguf
 from tests.engine_mlx.models.gguf.synthetic import MLX_TYPES, encode_tensors, write_gguf
+
+pytestmark = pytest.mark.slow  # fuzzing: seconds, not milliseconds
 
 FUZZ = settings(
     max_examples=60,
