@@ -8,12 +8,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from engine_mlx.modes import Mode
 from engine_mlx.stats import GenerationStats, StepStats
 
 
 @dataclass(frozen=True)
 class Started:
-    mode: str
+    mode: Mode
     prompt_tokens: int
     max_context: int
     backend: str
@@ -45,8 +46,8 @@ class Tokens:
 
 @dataclass(frozen=True)
 class ModeSwitch:
-    from_mode: str
-    to_mode: str
+    from_mode: Mode
+    to_mode: Mode
     reason: str
 
 

@@ -31,21 +31,21 @@ from engine_mlx.modes import mode_phrase as mode_name
 
 @dataclass(frozen=True)
 class Choice:
-    mode: str
+    mode: Mode
     reason: str = ""  # non-empty when this choice is a switch
 
 
 class ThresholdPolicy:
     """Short contexts use ``short_mode``, from ``threshold`` tokens on ``long_mode``."""
 
-    def __init__(self, threshold: int, short_mode: str, long_mode: str) -> None:
+    def __init__(self, threshold: int, short_mode: Mode, long_mode: Mode) -> None:
         self.threshold, self.short_mode, self.long_mode = threshold, short_mode, long_mode
-        self.forced: str | None = None
+        self.forced: Mode | None = None
 
-    def observe(self, mode: str, depth: int, committed: int, seconds: float) -> None:
+    def observe(self, mode: Mode, depth: int, committed: int, seconds: float) -> None:
         pass
 
-    def choose(self, depth: int, current: str | None) -> Choice:
+    def choose(self, depth: int, current: Mode | None) -> Choice:
         if self.forced:
             return Choice(self.forced, _switch_reason(current, self.forced, "forced by the user"))
         mode = self.long_mode if depth >= self.threshold else self.short_mode
@@ -70,8 +70,8 @@ class _Estimate:
 
 @dataclass
 class CostModelPolicy:
-    modes: list[str]
-    preferred: str
+    modes: list[Mode]
+    preferred: Mode
     smoothing: float = 0.25
     hysteresis: float = 0.15
     probe_steps: int = 3  # steps spent in a probed mode
@@ -81,22 +81,22 @@ class CostModelPolicy:
     optimism: float = 2.0  # how much better than last time a drafter may do on new text
     min_samples: int = 3  # steps before a mode's tokens per step count as measured
     min_timed: int = 2  # timed steps before its step time does
-    forced: str | None = None
-    _table: dict[tuple[str, int], _Estimate] = field(default_factory=dict)
+    forced: Mode | None = None
+    _table: dict[tuple[Mode, int], _Estimate] = field(default_factory=dict)
     _steps: int = 0
     _generation: int = 0
     _generation_start: int = 0
     _last_probe: int = 0
-    _probing: str | None = None
+    _probing: Mode | None = None
     _probe_left: int = 0
-    _previous: str | None = None  # the mode of the last observed step
+    _previous: Mode | None = None  # the mode of the last observed step
 
     @staticmethod
     def bucket(depth: int) -> int:
         """Octaves of context: <512, <1k, <2k, <4k, ..."""
         return max(0, math.ceil(math.log2(max(depth, 1) / 512))) if depth >= 512 else 0
 
-    def observe(self, mode: str, depth: int, committed: int, seconds: float) -> None:
+    def observe(self, mode: Mode, depth: int, committed: int, seconds: float) -> None:
         """One step's outcome. The first step after a switch is not timed: it carries the
         switch's own work (the drafter catching up, the pipeline refilling), which would make
         every probed mode look slower than it is."""
@@ -120,7 +120,7 @@ class CostModelPolicy:
     def _recent(self, est: _Estimate) -> bool:
         return self._steps - est.last_step <= self.stale_after
 
-    def _seconds(self, mode: str, depth: int) -> tuple[float | None, bool]:
+    def _seconds(self, mode: Mode, depth: int) -> tuple[float | None, bool]:
         """Step time at ``depth`` and whether it was measured there: else interpolated
         between the depths measured, or extrapolated along the last two."""
         own = self._table.get((mode, self.bucket(depth)))
@@ -142,7 +142,7 @@ class CostModelPolicy:
         slope = max(0.0, (s1 - s0) / max(d1 - d0, 1.0))
         return s1 + slope * (depth - d1), False
 
-    def _tokens(self, mode: str, depth: int) -> tuple[float | None, bool]:
+    def _tokens(self, mode: Mode, depth: int) -> tuple[float | None, bool]:
         """Tokens per step and whether measured on this generation's text at this depth
         (plain decoding: always one); else the nearest measurement, from any text."""
         if mode == Mode.AR:
@@ -161,7 +161,7 @@ class CostModelPolicy:
             return None, False
         return min(near, key=lambda c: (c[0], c[1]))[2].committed, False
 
-    def rate(self, mode: str, depth: int) -> float | None:
+    def rate(self, mode: Mode, depth: int) -> float | None:
         """Expected tokens/s of ``mode`` at ``depth`` (None: never measured)."""
         tokens, _ = self._tokens(mode, depth)
         seconds, _ = self._seconds(mode, depth)
@@ -169,10 +169,10 @@ class CostModelPolicy:
             return None
         return tokens / seconds
 
-    def _known(self, mode: str, depth: int) -> bool:
+    def _known(self, mode: Mode, depth: int) -> bool:
         return self._tokens(mode, depth)[1] and self._seconds(mode, depth)[1]
 
-    def _worth_probing(self, mode: str, depth: int, current_rate: float) -> float | None:
+    def _worth_probing(self, mode: Mode, depth: int, current_rate: float) -> float | None:
         """How fast ``mode`` might be here, if that is not known yet and could beat the
         current mode; None when a probe would only cost time."""
         tokens, tokens_known = self._tokens(mode, depth)
@@ -191,7 +191,7 @@ class CostModelPolicy:
             return could
         return None
 
-    def _start(self, depth: int) -> str:
+    def _start(self, depth: int) -> Mode:
         """A new generation starts in the mode expected fastest, else the preferred one."""
         self._generation += 1
         self._generation_start = self._steps
@@ -202,7 +202,7 @@ class CostModelPolicy:
         self._previous = first
         return first
 
-    def choose(self, depth: int, current: str | None) -> Choice:
+    def choose(self, depth: int, current: Mode | None) -> Choice:
         if self.forced:
             return Choice(self.forced, _switch_reason(current, self.forced, "forced by the user"))
         if current is None:
@@ -240,12 +240,12 @@ class CostModelPolicy:
         return Choice(current)
 
 
-def _rates_reason(depth: int, to: str, frm: str | None, rates: dict[str, float]) -> str:
+def _rates_reason(depth: int, to: Mode, frm: Mode | None, rates: dict[Mode, float]) -> str:
     parts = [f"{mode_name(to)} measured {rates[to]:.1f} tok/s"]
     if frm in rates:
         parts.append(f"{mode_name(frm)} {rates[frm]:.1f}")
     return f"context {depth:,} tokens: " + ", ".join(parts)
 
 
-def _switch_reason(current: str | None, forced: str, why: str) -> str:
+def _switch_reason(current: Mode | None, forced: Mode, why: str) -> str:
     return "" if current in (None, forced) else f"{mode_name(forced)} {why}"

@@ -19,10 +19,12 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from engine_mlx.modes import Mode
+
 
 @dataclass(frozen=True)
 class StepStats:
-    mode: str
+    mode: Mode
     committed: int
     drafted: int = 0
     tested: int = 0
@@ -104,7 +106,7 @@ class StatsTracker:
         self.tokens = 0
         self.steps = 0
         self.drafted = self.tested = self.accepted = 0
-        self.modes: dict[str, int] = {}
+        self.modes: dict[Mode, int] = {}
         self.context_depth = prompt_tokens
         self.live = LiveRate()
 

@@ -23,6 +23,7 @@ from engine_mlx.decoding.sampling import Sampler
 from engine_mlx.decoding.selector import AcceptanceCalibrator, BlockCandidates, build_tree
 from engine_mlx.decoding.tree import CandidateTree
 from engine_mlx.models.target import TargetModel
+from engine_mlx.modes import Mode
 from engine_mlx.stats import StepStats
 
 
@@ -60,7 +61,7 @@ class Autoregressive:
     over. ``on_features`` receives the captured layers of every root that was fed (the idle
     drafter's catch-up material)."""
 
-    name = "ar"
+    name = Mode.AR
 
     def __init__(
         self,
