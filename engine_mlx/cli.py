@@ -61,11 +61,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="widths for the speculative modes (default 1; suite: its own)",
     )
     add_speculation(bench)
-    bench.add_argument("--depths", default=None, help="comma list (default 0,1024; suite: its own)")
+    bench.add_argument(
+        "--depths",
+        default=None,
+        help="comma list (default 0,1024; suite: its own; --forward-cost: 0,1024,4096)",
+    )
     bench.add_argument("--max-tokens", type=int, default=128)
     bench.add_argument("--repeats", type=int, default=3)
     bench.add_argument("--no-baseline", action="store_true", help="skip mlx-lm")
     bench.add_argument("--json-out", type=Path, default=None)
+    bench.add_argument(
+        "--forward-cost",
+        action="store_true",
+        help="time one target forward over 1-32 tokens at each depth (no generation)",
+    )
     bench.add_argument(
         "--suite", default=None, choices=["standard", "reduced"], help="modes x depths x categories"
     )
@@ -122,6 +131,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "generate":
             return _generate(args)
         if args.command == "bench":
+            if args.forward_cost:
+                from engine_mlx.bench.forward_cost import run_forward_cost
+
+                return run_forward_cost(args)
             if args.suite:
                 from engine_mlx.bench.suite import run_suite
 

@@ -19,6 +19,7 @@ from engine_mlx.events import Error, Finished, Tokens
 from engine_mlx.models.target import TargetModel
 from engine_mlx.session import Session
 
+PREFILL_CHUNK = 512
 Runner = Callable[[list[int], int], dict[str, Any]]  # (prompt ids, max tokens) -> measurements
 
 FILLER = (
@@ -74,20 +75,31 @@ def run_ours(session: Session, prompt: list[int], config: GenerationConfig) -> d
     }
 
 
-def verify_costs(target: TargetModel, prompt: list[int], sizes: list[int]) -> dict[int, float]:
-    """ms of one target forward over ``n`` new tokens (a tree of n nodes) after ``prompt``."""
+def verify_costs(
+    target: TargetModel, prompt: list[int], sizes: list[int], repeats: int = 3
+) -> dict[int, float]:
+    """ms of one target forward over ``n`` new tokens (a tree of n nodes) after ``prompt``:
+    the median of ``repeats`` timed forwards after one untimed one, the cache put back after
+    each (trimmed, or restored from a snapshot where it cannot be trimmed: hybrid targets)."""
     cache = target.make_cache()
-    mx.eval(target.forward(mx.array(prompt), cache, last_only=True).logits)
+    for start in range(0, len(prompt), PREFILL_CHUNK):
+        chunk = mx.array(prompt[start : start + PREFILL_CHUNK])
+        mx.eval(target.forward(chunk, cache, last_only=True).logits)
     depth = target.cache_length(cache)
     out = {}
     for n in sizes:
         tokens = mx.array([(7 * i + 3) % 100 for i in range(n)])
         times = []
-        for _ in range(3):
+        for attempt in range(repeats + 1):
+            snapshot = None if target.can_trim(cache) else target.snapshot(cache)
             t0 = time.perf_counter()
             mx.eval(target.forward(tokens, cache).logits)
-            times.append(time.perf_counter() - t0)
-            target.trim(cache, n) if target.can_trim(cache) else None
+            if attempt:  # the first one warms up this shape
+                times.append(time.perf_counter() - t0)
+            if snapshot is None:
+                target.trim(cache, n)
+            else:
+                target.restore(cache, snapshot)
         out[n] = 1000 * statistics.median(times)
-        assert target.cache_length(cache) == depth or not target.can_trim(cache)
+        assert target.cache_length(cache) == depth
     return out

@@ -1,0 +1,76 @@
+"""``bench --forward-cost``: what one target forward costs by the tokens it carries and the
+context depth it runs at.
+
+A speculative step pays one forward over the whole candidate tree, so whether drafting can
+pay at all comes down to how a forward over L tokens compares with one over a single token.
+On a GPU that ratio stays near 1 for small L (reading the weights dominates); on a CPU it can
+be far from it. These are the numbers the auto policy and the draft length depend on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from engine_mlx.arguments import resolve_model
+from engine_mlx.backend import backend_info
+from engine_mlx.bench.measure import machine_description, verify_costs
+from engine_mlx.errors import EngineError
+from engine_mlx.models.target import TargetModel
+
+TOKENS = (1, 2, 4, 8, 16, 32)
+DEPTHS = (0, 1024, 4096)
+FILL = "The quick brown fox jumps over the lazy dog while the river runs to the sea. "
+
+
+def depth_prompt(target: TargetModel, depth: int) -> list[int]:
+    """Exactly ``depth`` tokens of plain prose (none at depth 0)."""
+    if depth <= 0:
+        return []
+    one = target.tokenizer.encode(FILL)
+    return (one * (depth // max(len(one), 1) + 1))[:depth]
+
+
+def forward_cost_rows(
+    target: TargetModel, depths: list[int], tokens: list[int], repeats: int
+) -> list[dict[str, Any]]:
+    rows = []
+    for depth in depths:
+        if depth + max(tokens) >= target.spec.max_context:
+            raise EngineError(
+                f"depth {depth} + {max(tokens)} tokens exceeds the model's context "
+                f"({target.spec.max_context:,})"
+            )
+        costs = verify_costs(target, depth_prompt(target, depth), tokens, repeats)
+        rows += [{"depth": depth, "tokens": n, "ms": ms} for n, ms in costs.items()]
+    return rows
+
+
+def run_forward_cost(args: argparse.Namespace) -> int:
+    path = resolve_model(args.model)
+    target = TargetModel.load(path)
+    depths = [int(d) for d in args.depths.split(",")] if args.depths else list(DEPTHS)
+    info = backend_info(target.dtype)
+    print(f"# {machine_description()}; {info.describe()}; model {path.name}", flush=True)
+    rows = forward_cost_rows(target, depths, list(TOKENS), args.repeats)
+    print(f"forward ms by tokens (x one token), median of {args.repeats}:")
+    print(f"{'depth':>6} " + " ".join(f"{n:>14}" for n in TOKENS))
+    for depth in depths:
+        cells = {r["tokens"]: r["ms"] for r in rows if r["depth"] == depth}
+        one = cells[1] or 1.0
+        print(
+            f"{depth:>6} " + " ".join(f"{cells[n]:>7.1f} ({cells[n] / one:.2f}x)" for n in TOKENS)
+        )
+    if args.json_out:
+        report = {
+            "model": path.name,
+            "machine": machine_description(),
+            "backend": info.describe(),
+            "blas": info.openblas,
+            "dtype": info.compute_dtype,
+            "repeats": args.repeats,
+            "rows": rows,
+        }
+        args.json_out.write_text(json.dumps(report, indent=2), encoding="utf-8")
+    return 0
