@@ -15,21 +15,12 @@ from typing import Any
 
 from engine_mlx.arguments import resolve_model
 from engine_mlx.backend import backend_info
-from engine_mlx.bench.measure import machine_description, verify_costs
+from engine_mlx.bench.measure import depth_prompt, machine_description, verify_costs
 from engine_mlx.errors import EngineError
 from engine_mlx.models.target import TargetModel
 
 TOKENS = (1, 2, 4, 8, 16, 32)
 DEPTHS = (0, 1024, 4096)
-FILL = "The quick brown fox jumps over the lazy dog while the river runs to the sea. "
-
-
-def depth_prompt(target: TargetModel, depth: int) -> list[int]:
-    """Exactly ``depth`` tokens of plain prose (none at depth 0)."""
-    if depth <= 0:
-        return []
-    one = target.tokenizer.encode(FILL)
-    return (one * (depth // max(len(one), 1) + 1))[:depth]
 
 
 def forward_cost_rows(

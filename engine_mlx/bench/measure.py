@@ -28,13 +28,19 @@ FILLER = (
 )
 
 
+def depth_prompt(target: TargetModel, depth: int) -> list[int]:
+    """Exactly ``depth`` tokens of deterministic prose (none at depth 0)."""
+    if depth <= 0:
+        return []
+    return target.tokenizer.encode(FILLER * (depth // 8 + 4))[:depth]
+
+
 def context_prompt(target: TargetModel, depth: int) -> list[int]:
-    """``depth`` tokens of deterministic prose (at least a short question)."""
+    """``depth`` tokens of deterministic prose ending in a question (at least the question)."""
     question = target.tokenizer.encode("Summarise the text above in one paragraph.")
     if depth <= len(question):
         return question
-    filler = target.tokenizer.encode(FILLER * (depth // 8 + 4))
-    return filler[: depth - len(question)] + question
+    return depth_prompt(target, depth - len(question)) + question
 
 
 def machine_description() -> str:

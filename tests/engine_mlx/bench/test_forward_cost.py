@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from engine_mlx.bench.forward_cost import TOKENS, depth_prompt, forward_cost_rows
+from engine_mlx.bench.forward_cost import TOKENS, forward_cost_rows
+from engine_mlx.bench.measure import depth_prompt
 from engine_mlx.cli import main
 
 
