@@ -1,7 +1,8 @@
 """FlashChat's inference engine: MLX models decoded plainly or speculatively, losslessly.
 
-Importing the package loads OpenBLAS before anything imports ``mlx.core`` (``blas``), so
-import an ``engine_mlx`` module first wherever speed matters. Nothing is re-exported here;
+Importing the package loads the CPU's matrix products before anything imports ``mlx.core``
+(``blas``: the small-batch product and the fastest BLAS here), so import an ``engine_mlx``
+module first wherever speed matters. Nothing is re-exported here;
 clients (the CLI, the bench, the app) import what they use from its module:
 
 - ``api``: load a target, its DFlash drafter and MTP head; encode a prompt or chat.
@@ -14,6 +15,6 @@ clients (the CLI, the bench, the app) import what they use from its module:
 The README's "How the code is laid out" section maps the layers.
 """
 
-from engine_mlx.blas import preload_openblas
+from engine_mlx.blas import preload
 
-preload_openblas()
+preload()

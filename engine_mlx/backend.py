@@ -1,7 +1,8 @@
 """Which MLX device is live, which dtype the engine computes in, and how that is described.
 
 On the CPU the engine computes in fp32 when memory allows: fp16/bf16 matmuls never go through
-BLAS there and are several times slower (the BLAS itself is loaded by ``blas``, before MLX).
+BLAS there and are several times slower (the BLAS and the small-batch product are loaded by
+``blas``, before MLX).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 
-from engine_mlx.blas import openblas_status
+from engine_mlx.blas import status as blas_status
 
 
 @dataclass(frozen=True)
@@ -20,13 +21,12 @@ class BackendInfo:
 
     device: str  # "metal", "cuda" or "cpu"
     compute_dtype: str  # "float32", "float16" or "bfloat16"
-    openblas: str
+    blas: str  # engine_mlx.blas's description: the BLAS, why, and the small-batch product
     custom_kernels: bool
 
     def describe(self) -> str:
-        return (
-            f"MLX {mx.__version__} on {self.device}, compute {self.compute_dtype}, "
-            f"OpenBLAS {self.openblas}"
+        return f"MLX {mx.__version__} on {self.device}, compute {self.compute_dtype}" + (
+            f", {self.blas}" if self.device == "cpu" else ""
         )
 
 
@@ -76,6 +76,6 @@ def backend_info(dtype: mx.Dtype | None = None) -> BackendInfo:
     return BackendInfo(
         device=device,
         compute_dtype=dt_name,
-        openblas=openblas_status(),
+        blas=blas_status().describe(),
         custom_kernels=device in ("metal", "cuda"),
     )

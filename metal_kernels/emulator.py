@@ -1,8 +1,7 @@
 """The CPU emulator: runs a kernel body from a .metal file on the CPU, for the tests.
 
 The body is compiled by the system C++ compiler against the CPU prelude into a shared library
-(cached by content hash under ``$FLASHCHAT_KERNEL_CACHE``, else
-``$XDG_CACHE_HOME/flashchat/kernels``, else ``~/.cache/flashchat/kernels``) and run over the
+(cached by content hash under ``engine_mlx.paths.kernel_cache_dir()``) and run over the
 launch grid with the threads of each threadgroup as real concurrent threads, real barriers
 and SIMD groups of 32 (see emulator_runtime.h). Arguments are passed as MLX would pass them:
 inputs by pointer (copied to row-contiguous first unless the body indexes by strides), the
@@ -27,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from engine_mlx.paths import kernel_cache_dir
 from metal_kernels.sources import KERNEL_DIR, KernelSource
 
 RUNTIME_CPP = KERNEL_DIR / "emulator_runtime.cpp"
@@ -94,14 +94,6 @@ def compiler() -> str:
     if not found:
         raise EmulatorError("no C++ compiler found (apt-get install g++)")
     return found
-
-
-def cache_dir() -> Path:
-    explicit = os.environ.get("FLASHCHAT_KERNEL_CACHE")
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "flashchat" / "kernels"
 
 
 def run(
@@ -362,7 +354,7 @@ def _compile(
     ):
         digest.update(part.encode())
         digest.update(b"\0")
-    folder = cache_dir() / digest.hexdigest()[:24]
+    folder = kernel_cache_dir() / digest.hexdigest()[:24]
     target = folder / filename
     if target.exists():
         return target

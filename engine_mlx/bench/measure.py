@@ -3,7 +3,6 @@ given depth, and the cost of one verify forward by tree size."""
 
 from __future__ import annotations
 
-import os
 import platform
 import statistics
 import time
@@ -14,6 +13,7 @@ from typing import Any
 import mlx.core as mx
 
 from engine_mlx.config import GenerationConfig
+from engine_mlx.cpu.machine import cores, cpu_model
 from engine_mlx.errors import EngineError
 from engine_mlx.events import Error, Finished, Tokens
 from engine_mlx.models.target import TargetModel
@@ -44,9 +44,8 @@ def context_prompt(target: TargetModel, depth: int) -> list[int]:
 
 
 def machine_description() -> str:
-    cores = os.cpu_count()
     py = platform.python_version()
-    return f"{platform.system()} {platform.machine()}, {cores} cores, Python {py}"
+    return f"{cpu_model()}, {platform.system()} {platform.machine()}, {cores()} cores, Python {py}"
 
 
 def run_ours(session: Session, prompt: list[int], config: GenerationConfig) -> dict[str, Any]:

@@ -124,7 +124,7 @@ def run_bench(args: argparse.Namespace) -> int:
             "machine": machine_description(),
             "backend": info.describe(),
             "dtype": info.compute_dtype,
-            "openblas": info.openblas,
+            "blas": info.blas,
             "model": path.name,
             "drafter": str(args.drafter) if args.drafter else None,
             "block_size": block,

@@ -1,0 +1,89 @@
+"""The small-batch product: equal to x @ W.T, the same bits for a row whatever the batch, and
+the same greedy tokens as the BLAS alone."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from engine_mlx.blas import small_gemm, status
+
+pytestmark = pytest.mark.skipif(
+    small_gemm() is None, reason=f"small-batch product not loaded: {status().small_gemm}"
+)
+
+
+def _reference(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    return x.astype(np.float64) @ w.astype(np.float64).T
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 31, 32, 33])
+@pytest.mark.parametrize(("inputs", "outputs"), [(1, 1), (5, 3), (17, 13), (100, 70), (64, 9)])
+def test_mlx_products_equal_the_reference(rows, inputs, outputs):
+    rng = np.random.default_rng(rows * 1000 + inputs + outputs)
+    x = rng.standard_normal((rows, inputs), dtype=np.float32)
+    w = rng.standard_normal((outputs, inputs), dtype=np.float32)
+    before = small_gemm().calls()
+    got = np.array(mx.array(x) @ mx.array(w).T)
+    after = small_gemm().calls()
+    np.testing.assert_allclose(got, _reference(x, w), rtol=2e-5, atol=2e-5 * np.sqrt(inputs))
+    taken, handed_on = after[0] - before[0], after[1] - before[1]
+    # Products over more rows than it takes (33) go to the BLAS; MLX may answer a 1x1 itself.
+    if rows <= 32 and inputs * outputs > 1:
+        assert taken == 1, (taken, handed_on)
+    elif rows > 32:
+        assert taken == 0 and handed_on >= 1
+
+
+def test_threaded_product_matches_and_rows_do_not_depend_on_the_batch():
+    """Large enough to be split across threads; each row's bits equal its one-row product,
+    which is what lets plain decoding and verification agree exactly."""
+    rng = np.random.default_rng(7)
+    inputs, outputs = 896, 1000
+    w = rng.standard_normal((outputs, inputs), dtype=np.float32)
+    x = rng.standard_normal((32, inputs), dtype=np.float32)
+    full = np.empty((32, outputs), np.float32)
+    small_gemm().multiply(x.ctypes.data, w.ctypes.data, full.ctypes.data, 32, outputs, inputs)
+    np.testing.assert_allclose(full, _reference(x, w), rtol=1e-4, atol=1e-4)
+    for rows in (1, 2, 3, 5, 8, 13):
+        part = np.empty((rows, outputs), np.float32)
+        small_gemm().multiply(x.ctypes.data, w.ctypes.data, part.ctypes.data, rows, outputs, inputs)
+        assert np.array_equal(part, full[:rows]), f"rows={rows} differ from the 32-row product"
+
+
+def test_one_row_in_mlx_equals_its_row_in_a_verify_sized_product():
+    rng = np.random.default_rng(3)
+    w = mx.array(rng.standard_normal((300, 200), dtype=np.float32))
+    x = mx.array(rng.standard_normal((8, 200), dtype=np.float32))
+    block = np.array(x @ w.T)
+    for i in range(8):
+        assert np.array_equal(np.array(x[i : i + 1] @ w.T)[0], block[i])
+
+
+def _greedy_tokens(model: str, env: dict[str, str]) -> tuple[list[int], str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "engine_mlx", "generate", "--model", model, "--prompt",
+         "The quick brown fox", "--max-tokens", "24", "--mode", "ar", "--json"],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "TOKENIZERS_PARALLELISM": "false", **env},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    events = [json.loads(line) for line in proc.stdout.splitlines()]
+    return events[-1]["tokens"], events[0]["backend"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "qwen3_5"])
+def test_same_greedy_tokens_as_the_blas_alone(tiny_model_dir, arch):
+    model = str(tiny_model_dir(arch))
+    with_product, backend_on = _greedy_tokens(model, {})
+    without, backend_off = _greedy_tokens(model, {"FLASHCHAT_SMALL_GEMM": "0"})
+    assert "small-batch product 1–32 rows" in backend_on
+    assert "small-batch product off: FLASHCHAT_SMALL_GEMM=0" in backend_off
+    assert with_product == without and len(with_product) > 0
