@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from engine_mlx.cpu import libraries
@@ -67,6 +69,20 @@ def small_gemm() -> SmallGemm | None:
     """The loaded small-batch product (for its call counters), or None."""
     preload()
     return _small_gemm
+
+
+@contextmanager
+def blas_only() -> Iterator[None]:
+    """Send every product to the BLAS for a while: the small-batch product's "before", measured
+    in the same process as its "after"."""
+    small = small_gemm()
+    if small is not None:
+        small.set_max_rows(0)
+    try:
+        yield
+    finally:
+        if small is not None:
+            small.set_max_rows(MAX_ROWS)
 
 
 def _preload() -> BlasStatus:

@@ -80,6 +80,21 @@ def run_ours(session: Session, prompt: list[int], config: GenerationConfig) -> d
     }
 
 
+def prefill_cost(target: TargetModel, prompt: list[int], repeats: int = 3) -> float:
+    """ms to prefill ``prompt`` into a fresh cache in the engine's chunks: median of
+    ``repeats`` after one untimed run."""
+    times = []
+    for attempt in range(repeats + 1):
+        cache = target.make_cache()
+        t0 = time.perf_counter()
+        for start in range(0, len(prompt), PREFILL_CHUNK):
+            chunk = mx.array(prompt[start : start + PREFILL_CHUNK])
+            mx.eval(target.forward(chunk, cache, last_only=True).logits)
+        if attempt:
+            times.append(time.perf_counter() - t0)
+    return 1000 * statistics.median(times)
+
+
 def verify_costs(
     target: TargetModel, prompt: list[int], sizes: list[int], repeats: int = 3
 ) -> dict[int, float]:

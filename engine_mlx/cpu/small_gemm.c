@@ -40,6 +40,7 @@ typedef float vf __attribute__((vector_size(VW * sizeof(float)), aligned(4)));
 
 #define FC_MAX_ROWS 32
 #define FC_MAX_THREADS 64
+#define SPLIT_WORK 2000000 /* multiply-adds below which one thread does it all */
 #define ROW_BLOCK 4   /* rows of x per register tile */
 #define COL_BLOCK 4   /* rows of W per register tile */
 #define WIDE_COLS 8   /* rows of W per tile when x has one row */
@@ -236,9 +237,20 @@ static double seconds(void) {
  * tens of microseconds apart, and waking a sleeping thread costs about as much. */
 #define SPIN_SECONDS 100e-6
 
+/* The cores the process may use, read when the library is loaded: the engine then pins its
+ * decoding thread (and so MLX's stream thread) to one core, but the workers must spread out. */
+static cpu_set_t process_cores;
+static int process_cores_known;
+
+__attribute__((constructor)) static void read_process_cores(void) {
+  process_cores_known = sched_getaffinity(0, sizeof(process_cores), &process_cores) == 0;
+}
+
 static void *worker(void *arg) {
   const int index = (int)(intptr_t)arg;
   unsigned seen = 0;
+  if (process_cores_known)
+    pthread_setaffinity_np(pthread_self(), sizeof(process_cores), &process_cores);
   for (;;) {
     unsigned now;
     const double until = seconds() + SPIN_SECONDS;
@@ -259,9 +271,7 @@ static void *worker(void *arg) {
 }
 
 static void start_pool(void) {
-  cpu_set_t set;
-  int cores = 1;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) cores = CPU_COUNT(&set);
+  int cores = process_cores_known ? CPU_COUNT(&process_cores) : 1;
   if (threads <= 0 || threads > cores) threads = cores;
   if (threads > FC_MAX_THREADS) threads = FC_MAX_THREADS;
   for (int i = 1; i < threads; i++) {
@@ -278,7 +288,7 @@ static void run(const product *p) {
   /* Below ~64k multiply-adds a second thread costs more than it saves. */
   const long work = (long)p->m * p->n * p->k;
   pthread_once(&pool_once, start_pool);
-  if (threads == 1 || work < 65536 || pthread_mutex_trylock(&pool_lock) != 0) {
+  if (threads == 1 || work < SPLIT_WORK || pthread_mutex_trylock(&pool_lock) != 0) {
     columns(p, 0, p->n);
     return;
   }

@@ -8,6 +8,7 @@ import pytest
 
 from engine_mlx.bench.forward_cost import TOKENS, forward_cost_rows
 from engine_mlx.bench.measure import depth_prompt
+from engine_mlx.blas import small_gemm
 from engine_mlx.cli import main
 
 
@@ -19,8 +20,13 @@ def test_json_report_has_every_cell(tiny_model_dir, tmp_path, capsys):
     cells = [(r["depth"], r["tokens"]) for r in report["rows"]]
     assert cells == [(d, n) for d in (0, 40) for n in TOKENS]
     assert all(r["ms"] > 0 for r in report["rows"])
+    assert [p["depth"] for p in report["prefill"]] == [40] and report["prefill"][0]["ms"] > 0
     assert report["model"] and report["blas"]
-    assert "forward ms by tokens" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "forward ms by tokens" in printed
+    if small_gemm() is not None:  # before and after, side by side
+        assert all(r["blas_ms"] > 0 for r in report["rows"] + report["prefill"])
+        assert printed.count("<- the BLAS alone") == 2 and "(the BLAS alone: " in printed
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen3_5"])  # trimmed, and restored (hybrid)

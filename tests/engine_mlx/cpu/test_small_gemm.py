@@ -12,7 +12,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from engine_mlx.blas import small_gemm, status
+from engine_mlx.blas import blas_only, small_gemm, status
 
 pytestmark = pytest.mark.skipif(
     small_gemm() is None, reason=f"small-batch product not loaded: {status().small_gemm}"
@@ -39,6 +39,18 @@ def test_mlx_products_equal_the_reference(rows, inputs, outputs):
         assert taken == 1, (taken, handed_on)
     elif rows > 32:
         assert taken == 0 and handed_on >= 1
+
+
+def test_blas_only_hands_every_product_to_the_blas_for_a_while():
+    x, w = mx.ones((4, 64)), mx.ones((10, 64))
+    before = small_gemm().calls()
+    with blas_only():
+        mx.eval(x @ w.T)
+    during = small_gemm().calls()
+    mx.eval(x @ w.T)
+    after = small_gemm().calls()
+    assert during[0] == before[0] and during[1] == before[1] + 1
+    assert after[0] == during[0] + 1
 
 
 def test_threaded_product_matches_and_rows_do_not_depend_on_the_batch():
