@@ -16,7 +16,7 @@
  * were multiplied with it: plain decoding (M = 1) and verification (M = 8) compute the same
  * bits for the same prefix.
  *
- * Built at run time by the system C compiler with -march=native (engine_mlx/cpu/build.py);
+ * Built at run time by the system C compiler with -march=native (engine_mlx/cpu/small_gemm.py);
  * written with GCC/Clang vector extensions so the same source is AVX-512, AVX2 or NEON code.
  */
 #define _GNU_SOURCE /* sched_getaffinity */
@@ -40,10 +40,18 @@ typedef float vf __attribute__((vector_size(VW * sizeof(float)), aligned(4)));
 
 #define FC_MAX_ROWS 32
 #define FC_MAX_THREADS 64
-#define SPLIT_WORK 2000000 /* multiply-adds below which one thread does it all */
-#define ROW_BLOCK 4   /* rows of x per register tile */
-#define COL_BLOCK 4   /* rows of W per register tile */
-#define WIDE_COLS 8   /* rows of W per tile when x has one row */
+#define SPLIT_WORK 65536 /* multiply-adds below which one thread does it all */
+/* Register tiles: ROW_BLOCK rows of x by COL_BLOCK rows of W accumulate in registers (AVX-512
+ * has 32 vector registers; AVX2 and NEON-sized builds 16, hence smaller tiles there). One- and
+ * two-row products, which are memory-bound, take WIDE_COLS rows of W at once instead. */
+#define ROW_BLOCK 4
+#if VW == 16
+#define COL_BLOCK 4
+#define WIDE_COLS 8
+#else
+#define COL_BLOCK 2
+#define WIDE_COLS 4
+#endif
 
 /* CBLAS enums, as every CBLAS defines them. */
 enum { RowMajor = 101, ColMajor = 102 };
@@ -156,8 +164,8 @@ static inline void reduce_many(const vf *acc, int count, float *out) {
       }                                                                               \
   }
 
-TILE(1, 1) TILE(1, 8)
-TILE(2, 8)
+TILE(1, 1)
+TILE(1, WIDE_COLS) TILE(2, WIDE_COLS)
 TILE(1, COL_BLOCK) TILE(2, COL_BLOCK) TILE(3, COL_BLOCK) TILE(4, COL_BLOCK)
 
 #define TILE_NAME(R, J) TILE_NAME_(R, J)
@@ -183,9 +191,9 @@ static void rows_block(const product *p, int r0, int rows, int j0, int cols) {
 static void columns(const product *p, int j_begin, int j_end) {
   int j = j_begin;
   if (p->m == 1) {
-    for (; j + WIDE_COLS <= j_end; j += WIDE_COLS) tile_1_8(p, 0, j);
+    for (; j + WIDE_COLS <= j_end; j += WIDE_COLS) TILE_NAME(1, WIDE_COLS)(p, 0, j);
   } else if (p->m == 2) {
-    for (; j + WIDE_COLS <= j_end; j += WIDE_COLS) tile_2_8(p, 0, j);
+    for (; j + WIDE_COLS <= j_end; j += WIDE_COLS) TILE_NAME(2, WIDE_COLS)(p, 0, j);
   }
   for (; j < j_end; j += CHUNK_COLS) {
     const int chunk_end = j_end - j < CHUNK_COLS ? j_end : j + CHUNK_COLS;

@@ -20,7 +20,7 @@ from engine_mlx.cpu.machine import cpu_signature
 from engine_mlx.paths import kernel_cache_dir
 
 SOURCE = Path(__file__).with_name("small_gemm.c")
-FLAGS = ("-O3", "-march=native", "-ffp-contract=fast", "-fPIC", "-shared", "-pthread")
+FLAGS = ("-O3", "-ffp-contract=fast", "-fPIC", "-shared", "-pthread")
 MAX_ROWS = 32  # FC_MAX_ROWS in the C source
 
 
@@ -35,16 +35,18 @@ def compiler() -> str:
     return found
 
 
-def library_path() -> Path:
-    """The compiled library, built now if the cache does not hold it."""
+def library_path(march: str = "native") -> Path:
+    """The compiled library, built now if the cache does not hold it. ``march`` other than
+    native (``x86-64-v3``: AVX2, ``x86-64``: SSE2) builds the narrower code paths, for tests."""
     cc = compiler()
+    flags = (*FLAGS, f"-march={march}")
     digest = hashlib.sha256()
-    parts = (SOURCE.read_bytes(), " ".join(FLAGS).encode(), _identity(cc), cpu_signature())
+    parts = (SOURCE.read_bytes(), " ".join(flags).encode(), _identity(cc), cpu_signature())
     for part in parts:
         part = part if isinstance(part, bytes) else part.encode()
         digest.update(part)
         digest.update(b"\0")
-    target = kernel_cache_dir() / f"small_gemm-{digest.hexdigest()[:20]}.so"
+    target = kernel_cache_dir() / f"small_gemm-{march}-{digest.hexdigest()[:16]}.so"
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -52,7 +54,7 @@ def library_path() -> Path:
     os.close(fd)
     try:
         proc = subprocess.run(
-            [cc, *FLAGS, str(SOURCE), "-o", tmp], capture_output=True, text=True, timeout=120
+            [cc, *flags, str(SOURCE), "-o", tmp], capture_output=True, text=True, timeout=120
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         os.unlink(tmp)
@@ -68,9 +70,10 @@ def library_path() -> Path:
 class SmallGemm:
     """The loaded library: its ``cblas_sgemm`` is global, so MLX's products reach it."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, global_symbols: bool = True) -> None:
         self.path = path
-        self.library = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+        mode = ctypes.RTLD_GLOBAL if global_symbols else ctypes.RTLD_LOCAL
+        self.library = ctypes.CDLL(str(path), mode=mode)
         lib = self.library
         lib.fc_set_fallback.argtypes = [ctypes.c_void_p]
         lib.fc_set_threads.argtypes = [ctypes.c_int]

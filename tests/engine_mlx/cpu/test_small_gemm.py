@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import subprocess
 import sys
 
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 
 from engine_mlx.blas import blas_only, small_gemm, status
+from engine_mlx.cpu.small_gemm import SmallGemm, library_path
 
 pytestmark = pytest.mark.skipif(
     small_gemm() is None, reason=f"small-batch product not loaded: {status().small_gemm}"
@@ -99,3 +101,21 @@ def test_same_greedy_tokens_as_the_blas_alone(tiny_model_dir, arch):
     assert "small-batch product 1–32 rows" in backend_on
     assert "small-batch product off: FLASHCHAT_SMALL_GEMM=0" in backend_off
     assert with_product == without and len(with_product) > 0
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="x86-64 code paths")
+@pytest.mark.parametrize(("march", "lanes"), [("x86-64-v3", 8), ("x86-64", 4)])
+def test_the_narrower_builds_compute_the_same_products(march, lanes):
+    """AVX2 and SSE machines get other tiles and reductions: built here, checked here."""
+    build = SmallGemm(library_path(march), global_symbols=False)
+    assert build.vector_width() == lanes
+    rng = np.random.default_rng(11)
+    for rows, inputs, outputs in [(1, 37, 21), (2, 64, 9), (5, 100, 70), (32, 896, 600)]:
+        x = rng.standard_normal((rows, inputs), dtype=np.float32)
+        w = rng.standard_normal((outputs, inputs), dtype=np.float32)
+        got = np.empty((rows, outputs), np.float32)
+        build.multiply(x.ctypes.data, w.ctypes.data, got.ctypes.data, rows, outputs, inputs)
+        np.testing.assert_allclose(got, _reference(x, w), rtol=1e-4, atol=1e-4)
+        one = np.empty((1, outputs), np.float32)
+        build.multiply(x.ctypes.data, w.ctypes.data, one.ctypes.data, 1, outputs, inputs)
+        assert np.array_equal(one[0], got[0])
