@@ -81,7 +81,8 @@ class EngineWorker(QObject):
             ModelInfo(
                 name=target.spec.name,
                 path=str(target.spec.path),
-                backend=backend_info(target.dtype).describe(),
+                backend=backend_info(target.dtype).summary(),
+                backend_detail=backend_info(target.dtype).describe(),
                 max_context=target.spec.max_context,
                 modes=available_modes(drafter=drafter is not None, mtp=mtp is not None),
                 drafter=Path(drafter_path).name if drafter_path else "",

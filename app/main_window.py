@@ -490,6 +490,7 @@ class MainWindow(QMainWindow):
         self.panel.set_max_context(self.max_context)
         self.panel.set_forced_mode(self.settings.forced_mode)
         self.statusBar().showMessage(info.backend)
+        self.statusBar().setToolTip(info.backend_detail)
         self.send_button.setEnabled(True)
         self.error_label.hide()
 

@@ -16,7 +16,8 @@ class ModelInfo:
 
     name: str
     path: str
-    backend: str
+    backend: str  # a few words, for the status bar
+    backend_detail: str  # everything, for its tooltip (the BLAS and why it was chosen)
     max_context: int
     modes: tuple[Mode, ...]  # ``modes.available_modes``: what this target and its companions offer
     drafter: str = ""  # the drafter's folder name ("" when none)

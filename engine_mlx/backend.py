@@ -22,12 +22,20 @@ class BackendInfo:
     device: str  # "metal", "cuda" or "cpu"
     compute_dtype: str  # "float32", "float16" or "bfloat16"
     blas: str  # engine_mlx.blas's description: the BLAS, why, and the small-batch product
+    blas_summary: str  # the same in a few words
     custom_kernels: bool
 
     def describe(self) -> str:
         return f"MLX {mx.__version__} on {self.device}, compute {self.compute_dtype}" + (
             f", {self.blas}" if self.device == "cpu" else ""
         )
+
+    def summary(self) -> str:
+        """A status bar's worth: "MLX 0.32.4 · CPU · float32 · OpenBLAS 0.3.21 ×2 + …"."""
+        parts = [f"MLX {mx.__version__}", self.device.upper(), self.compute_dtype]
+        if self.device == "cpu":
+            parts.append(self.blas_summary)
+        return " · ".join(parts)
 
 
 def live_device() -> str:
@@ -77,5 +85,6 @@ def backend_info(dtype: mx.Dtype | None = None) -> BackendInfo:
         device=device,
         compute_dtype=dt_name,
         blas=blas_status().describe(),
+        blas_summary=blas_status().summary(),
         custom_kernels=device in ("metal", "cuda"),
     )

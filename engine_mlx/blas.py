@@ -48,6 +48,12 @@ class BlasStatus:
         threads = f", {self.threads} threads" if self.threads else ""
         return f"{self.library}{threads} ({self.reason}); small-batch product {self.small_gemm}"
 
+    def summary(self) -> str:
+        """One short phrase, for a status bar: "OpenBLAS 0.3.21 ×2 + small-batch product"."""
+        threads = f" ×{self.threads}" if self.threads else ""
+        small = "" if self.small_gemm.startswith("off") else " + small-batch product"
+        return f"{self.library}{threads}{small}"
+
 
 _status: BlasStatus | None = None
 _small_gemm: SmallGemm | None = None

@@ -117,4 +117,4 @@ class ModelBar(QWidget):
             self.mtp_box.addItem("No MTP head")
             self.mtp_box.setToolTip(f"MTP unavailable: {info.mtp_reason}")
         self.status.setText(f"{info.name} · context {info.max_context:,}")
-        self.status.setToolTip(info.backend)
+        self.status.setToolTip(info.backend_detail)

@@ -145,3 +145,13 @@ def test_settings_persist_and_apply(qtbot, make_window, monkeypatch):
     again = make_window()
     assert (again.settings.temperature, again.settings.max_tokens) == (1.3, 77)
     assert again.settings.colour_draft_tokens is True
+
+
+def test_status_bar_names_the_blas_and_its_reason(qtbot, make_window):
+    from engine_mlx.blas import status
+
+    win = make_window()
+    message = win.statusBar().currentMessage()
+    assert message.startswith("MLX ") and "CPU" in message
+    assert status().summary() in message
+    assert status().reason in win.statusBar().toolTip()
