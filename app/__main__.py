@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-import engine_mlx  # noqa: F401  (OpenBLAS before mlx)
+import engine_mlx  # noqa: F401  (the BLAS before mlx)
 
 
 def main(argv: list[str] | None = None) -> int:

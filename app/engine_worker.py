@@ -16,7 +16,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal, Slot
 
-import engine_mlx  # noqa: F401  (OpenBLAS before mlx)
+import engine_mlx  # noqa: F401  (the BLAS before mlx)
 from app.messages import LiveUpdate, ModelInfo
 from engine_mlx.api import encode_prompt, load_speculators, load_target
 from engine_mlx.backend import backend_info

@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from PySide6.QtCore import QEventLoop, QObject, Slot
 
-import engine_mlx  # noqa: F401  (OpenBLAS before mlx)
+import engine_mlx  # noqa: F401  (the BLAS before mlx)
 
 PROMPT = "Write a short story about a lighthouse keeper."
 

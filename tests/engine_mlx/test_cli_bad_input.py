@@ -172,7 +172,7 @@ def test_fuzzed_chat_messages(model: Path, messages: Any, system: str | None) ->
     with tempfile.TemporaryDirectory() as tmp:
         prompt = Path(tmp) / "messages.json"
         prompt.write_text(json.dumps(messages))
-        extra = ["--system", system] if system else []
+        extra = [f"--system={system}"] if system else []  # "=": a value may start with "-"
         code, _, err = generate(model, "--prompt-file", str(prompt), *extra)
     if code != 0:
         assert_one_line_error(code, err)
