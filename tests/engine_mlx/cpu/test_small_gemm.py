@@ -80,10 +80,12 @@ def test_one_row_in_mlx_equals_its_row_in_a_verify_sized_product():
         assert np.array_equal(np.array(x[i : i + 1] @ w.T)[0], block[i])
 
 
-def _greedy_tokens(model: str, env: dict[str, str]) -> tuple[list[int], str]:
+def _greedy_tokens(
+    model: str, env: dict[str, str], prompt: str = "The quick brown fox", tokens: int = 24
+) -> tuple[list[int], str]:
     proc = subprocess.run(
         [sys.executable, "-m", "engine_mlx", "generate", "--model", model, "--prompt",
-         "The quick brown fox", "--max-tokens", "24", "--mode", "ar", "--json"],
+         prompt, "--max-tokens", str(tokens), "--mode", "ar", "--json"],
         capture_output=True, text=True, timeout=300,
         env={**os.environ, "TOKENIZERS_PARALLELISM": "false", **env},
     )  # fmt: skip
@@ -101,6 +103,14 @@ def test_same_greedy_tokens_as_the_blas_alone(tiny_model_dir, arch):
     assert "small-batch product 1–32 rows" in backend_on
     assert "small-batch product off: FLASHCHAT_SMALL_GEMM=0" in backend_off
     assert with_product == without and len(with_product) > 0
+
+
+@pytest.mark.slow
+def test_the_demo_model_decodes_the_same_tokens_as_with_the_blas_alone(smollm2_dir):
+    prompt = "Explain what a hash map is, in three sentences."
+    with_product, _ = _greedy_tokens(str(smollm2_dir), {}, prompt, 64)
+    without, _ = _greedy_tokens(str(smollm2_dir), {"FLASHCHAT_SMALL_GEMM": "0"}, prompt, 64)
+    assert with_product == without and len(with_product) >= 32
 
 
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="x86-64 code paths")
