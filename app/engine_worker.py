@@ -93,6 +93,7 @@ class EngineWorker(QObject):
         )
         if warning:
             self.error.emit(warning)
+        self._session.step_costs()  # auto mode's step costs: cached, else measured now (seconds)
 
     @Slot(list, dict)
     def generate(self, messages: list[dict[str, str]], settings: dict[str, Any]) -> None:
@@ -128,7 +129,7 @@ class EngineWorker(QObject):
             mode=settings.get("mode", Mode.AUTO),
             width=int(settings.get("draft_width", 1)),
             block_size=block,
-            policy="threshold" if threshold > 0 else "cost",
+            policy="threshold" if threshold > 0 else "expected",
             auto_threshold=threshold or 4096,
         )
 

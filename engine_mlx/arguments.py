@@ -9,7 +9,7 @@ import argparse
 from pathlib import Path
 
 from engine_mlx.api import Speculators, load_speculators
-from engine_mlx.config import GenerationConfig
+from engine_mlx.config import POLICIES, GenerationConfig
 from engine_mlx.errors import EngineError
 from engine_mlx.models.target import TargetModel
 from engine_mlx.modes import Mode, parse_mode
@@ -49,9 +49,10 @@ def add_speculation(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--policy",
-        default="cost",
-        choices=["cost", "threshold"],
-        help="auto mode: measured rates (cost) or a context threshold",
+        default="expected",
+        choices=list(POLICIES),
+        help="auto mode: expected tokens/s per step (expected), rates learned by probing "
+        "(cost) or a context threshold",
     )
     p.add_argument(
         "--auto-threshold",

@@ -13,7 +13,7 @@ from engine_mlx.decoding.sampling import SamplingParams
 from engine_mlx.errors import EngineError
 from engine_mlx.modes import Mode, parse_mode
 
-POLICIES = ("cost", "threshold")
+POLICIES = ("expected", "cost", "threshold")
 MAX_WIDTH = 8
 MTP_STEPS = (1, 4)
 BLOCK_SIZES = (2, 64)
@@ -30,7 +30,9 @@ class GenerationConfig:
     width: int = 1  # candidate paths per verification (speculative modes)
     block_size: int | None = None  # draft block; None = the drafter's own (lookup: 8)
     lookup: bool = True  # prompt-lookup candidates in the speculative tree
-    policy: str = "cost"  # auto mode: "cost" (measured rates) or "threshold"
+    # auto mode: "expected" (per step, from the drafts and the machine's step costs), "cost"
+    # (rates learned by probing) or "threshold" (a context depth)
+    policy: str = "expected"
     auto_threshold: int = 4096  # the threshold policy's switch depth
     mtp_steps: int = 3  # tokens an MTP head drafts per step (1-4)
 
@@ -45,7 +47,7 @@ class GenerationConfig:
         if self.prefill_chunk < 1:
             raise EngineError("the prefill chunk must be at least 1 token.")
         if self.policy not in POLICIES:
-            raise EngineError("policy must be 'cost' or 'threshold'.")
+            raise EngineError(f"policy must be one of {', '.join(POLICIES)}.")
         if not MTP_STEPS[0] <= self.mtp_steps <= MTP_STEPS[1]:
             raise EngineError(f"MTP steps must be between {MTP_STEPS[0]} and {MTP_STEPS[1]}.")
         if not 1 <= self.width <= MAX_WIDTH:

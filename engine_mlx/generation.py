@@ -139,8 +139,9 @@ class Generation:
 
     def _strategy(self, mode: Mode) -> Strategy:
         if mode not in self.strategies:
+            planner = getattr(self.policy, "plan_length", None)
             self.strategies[mode] = self.session.build_strategy(
-                mode, self.config, self.cache, self.sampler, self.lookup, self.group
+                mode, self.config, self.cache, self.sampler, self.lookup, self.group, planner
             )
         return self.strategies[mode]
 
@@ -152,6 +153,7 @@ class Generation:
                 reason = "cancelled"
                 break
             if self.policy is not None and self.tokens:  # the first step is the prefill's token
+                self._look(strategy, mode)
                 choice = self.policy.choose(self.depth, mode)
                 if choice.mode != mode:
                     root = strategy.release()
@@ -166,6 +168,16 @@ class Generation:
                 break
         yield self._finish(reason)
 
+    def _look(self, strategy: Strategy, mode: Mode) -> None:
+        """Let the auto policy see what a mode that is not running would draft here."""
+        due = getattr(self.policy, "preview_due", None)
+        other = due(self.depth, mode) if due else None
+        if other is None:
+            return
+        preview = self._strategy(other)
+        scores, seconds = preview.preview(strategy.peek_root())  # type: ignore[attr-defined]
+        self.policy.observe_preview(other, scores, seconds, self.depth)  # type: ignore[union-attr]
+
     def _step(self, strategy: Strategy, mode: Mode) -> tuple[Tokens, bool]:
         """One verification step's tokens, cut at EOS, the token budget and the context."""
         limit = min(self.config.max_tokens - len(self.tokens), self.max_context - self.depth)
@@ -173,7 +185,9 @@ class Generation:
         outcome = strategy.step(limit)
         step_stats = replace(outcome.stats, seconds=time.perf_counter() - t_step)
         if self.policy is not None and self.tokens:
-            self.policy.observe(mode, self.depth, step_stats.committed, step_stats.seconds)
+            self.policy.observe(
+                mode, self.depth, step_stats.committed, step_stats.seconds, step_stats
+            )
         new = outcome.tokens[:limit]
         if self.lookup is not None:
             self.lookup.extend(new)

@@ -42,7 +42,9 @@ class ThresholdPolicy:
         self.threshold, self.short_mode, self.long_mode = threshold, short_mode, long_mode
         self.forced: Mode | None = None
 
-    def observe(self, mode: Mode, depth: int, committed: int, seconds: float) -> None:
+    def observe(
+        self, mode: Mode, depth: int, committed: int, seconds: float, stats: object = None
+    ) -> None:
         pass
 
     def choose(self, depth: int, current: Mode | None) -> Choice:
@@ -96,7 +98,9 @@ class CostModelPolicy:
         """Octaves of context: <512, <1k, <2k, <4k, ..."""
         return max(0, math.ceil(math.log2(max(depth, 1) / 512))) if depth >= 512 else 0
 
-    def observe(self, mode: Mode, depth: int, committed: int, seconds: float) -> None:
+    def observe(
+        self, mode: Mode, depth: int, committed: int, seconds: float, stats: object = None
+    ) -> None:
         """One step's outcome. The first step after a switch is not timed: it carries the
         switch's own work (the drafter catching up, the pipeline refilling), which would make
         every probed mode look slower than it is."""

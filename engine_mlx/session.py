@@ -7,6 +7,7 @@ policies' measurements, acceptance calibration); ``generation`` runs each reply.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator, Sequence
 
@@ -14,7 +15,13 @@ from engine_mlx.config import GenerationConfig
 from engine_mlx.decoding.ngram import NGramIndex
 from engine_mlx.decoding.sampling import Sampler
 from engine_mlx.decoding.selector import AcceptanceCalibrator
-from engine_mlx.decoding.strategies import Autoregressive, Drafter, Speculative, Strategy
+from engine_mlx.decoding.strategies import (
+    Autoregressive,
+    Drafter,
+    LengthPlanner,
+    Speculative,
+    Strategy,
+)
 from engine_mlx.errors import ContextOverflowError, EngineError
 from engine_mlx.events import Error, Event
 from engine_mlx.generation import DrafterGroup, Generation
@@ -22,6 +29,11 @@ from engine_mlx.models.target import TargetModel
 from engine_mlx.modes import Mode, auto_candidates
 from engine_mlx.policy import CostModelPolicy, ThresholdPolicy
 from engine_mlx.prompt_cache import PrefilledPrompt
+from engine_mlx.rate_policy import ExpectedRatePolicy
+from engine_mlx.step_costs import StepCosts, load_or_calibrate
+
+log = logging.getLogger(__name__)
+Policy = ExpectedRatePolicy | CostModelPolicy | ThresholdPolicy
 
 
 class Session:
@@ -44,7 +56,8 @@ class Session:
         self.mtp_unavailable = mtp_unavailable if mtp is None else ""
         self.eos = set(getattr(target.tokenizer, "eos_token_ids", None) or ())
         self._calibrators: dict[tuple[Mode, bool], AcceptanceCalibrator] = {}
-        self._policies: dict[tuple, CostModelPolicy | ThresholdPolicy] = {}
+        self._policies: dict[tuple, Policy] = {}
+        self._step_costs: StepCosts | None = None
 
     def keep_capture(self) -> tuple[int, ...]:
         """Every layer any of this session's drafters reads, so a kept prefill serves all."""
@@ -56,12 +69,20 @@ class Session:
         """What auto mode chooses between (``modes.auto_candidates``)."""
         return list(auto_candidates(drafter=self.drafter is not None, mtp=self.mtp is not None))
 
-    def policy(self, config: GenerationConfig) -> CostModelPolicy | ThresholdPolicy:
+    def step_costs(self) -> StepCosts:
+        """This machine's step costs for the target: cached on disk, else measured now."""
+        if self._step_costs is None:
+            self._step_costs = load_or_calibrate(self.target, log=log.info)
+        return self._step_costs
+
+    def policy(self, config: GenerationConfig) -> Policy:
         """Kept across generations, so what was measured keeps informing the choice."""
         modes = self.auto_modes
         key = (config.policy, config.auto_threshold, config.sampling.greedy, tuple(modes))
         if key not in self._policies:
-            if config.policy == "threshold":
+            if config.policy == "expected":
+                self._policies[key] = ExpectedRatePolicy(modes, self.step_costs)
+            elif config.policy == "threshold":
                 long_mode = Mode.MTP if Mode.MTP in modes else Mode.AR
                 self._policies[key] = ThresholdPolicy(config.auto_threshold, modes[1], long_mode)
             else:
@@ -83,6 +104,7 @@ class Session:
         sampler: Sampler,
         lookup: NGramIndex | None,
         group: DrafterGroup,
+        planner: LengthPlanner | None = None,
     ) -> Strategy:
         if mode is Mode.AR:
             return Autoregressive(
@@ -108,6 +130,7 @@ class Session:
             lookup=lookup if mode is not Mode.MTP else None,
             capture=group.capture,
             feed=group.feed,
+            planner=planner,
         )
 
     @property

@@ -34,6 +34,9 @@ class StepStats:
     draft_s: float = 0.0  # proposing candidates (drafter forward, top-k, tree building)
     verify_s: float = 0.0  # the target's verification forward and its picks
     commit_s: float = 0.0  # acceptance walk, cache compaction / rollback, drafter update
+    # What the auto policy expected of this step before verifying it (0: no prediction).
+    predicted_tokens: float = 0.0
+    predicted_s: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -15,14 +15,10 @@ from typing import Any
 from engine_mlx.arguments import config_from_args, parse_modes, resolve_model, speculators_from_args
 from engine_mlx.backend import backend_info
 from engine_mlx.bench.external import external_baselines
-from engine_mlx.bench.measure import (
-    context_prompt,
-    machine_description,
-    run_ours,
-    verify_costs,
-)
+from engine_mlx.bench.measure import context_prompt, machine_description, run_ours
 from engine_mlx.bench.mlx_lm import mlx_lm_runner
 from engine_mlx.errors import EngineError
+from engine_mlx.forward_timing import verify_costs
 from engine_mlx.models.target import TargetModel
 from engine_mlx.modes import Mode
 from engine_mlx.session import Session
@@ -50,6 +46,8 @@ def run_bench(args: argparse.Namespace) -> int:
     if Mode.MTP in modes and mtp is None:
         raise EngineError(f"mode mtp: {mtp_reason}")
     session = Session(target, drafter, mtp, mtp_reason)
+    if Mode.AUTO in modes and args.policy == "expected":  # before any cell is timed
+        print(f"# step costs: {session.step_costs().note}", flush=True)
     baseline = None if args.no_baseline else mlx_lm_runner(path, target.dtype, keep_prefill=False)
     zlab = None
     if Mode.DFLASH2 in modes and drafter is not None and not args.no_baseline:

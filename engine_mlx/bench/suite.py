@@ -57,6 +57,8 @@ def run_suite(args: argparse.Namespace) -> int:
     speculators = speculators_from_args(args, target)
     drafter, mtp, mtp_reason = speculators.drafter, speculators.mtp, speculators.mtp_reason
     session = Session(target, drafter, mtp, mtp_reason, reuse_prompt=True)
+    if args.policy == "expected":  # before any cell is timed
+        print(f"# step costs: {session.step_costs().note}", flush=True)
     base = replace(config_from_args(args), max_tokens=spec.max_tokens)
     cells: list[tuple[Mode, int]] = [(Mode.AR, 1)]
     cells += [(Mode.DFLASH2, w) for w in spec.widths] if drafter is not None else []

@@ -44,6 +44,7 @@ class MTPDrafter:
     def reset(self) -> None:
         self._cache = KVCache()
         self._pending: mx.array | None = None  # hidden of the newest fed token, [1, 1, H]
+        self._deferred: list[tuple[list[int], list[mx.array]]] = []  # fed while idle
 
     def _state(self, features: list[mx.array]) -> mx.array:
         h = features[0]
@@ -54,6 +55,22 @@ class MTPDrafter:
         token after it and append those pairs to the head's cache."""
         if not ids:
             return
+        self.catch_up()
+        self._append(list(ids), features)
+
+    def catch_up(self) -> None:
+        """The tokens fed while another mode decoded, through the head in one pass."""
+        if not self._deferred:
+            return
+        ids = [t for chunk, _ in self._deferred for t in chunk]
+        features = [
+            mx.concatenate(parts, axis=1)
+            for parts in zip(*(f for _, f in self._deferred), strict=True)
+        ]
+        self._deferred = []
+        self._append(ids, features)
+
+    def _append(self, ids: list[int], features: list[mx.array]) -> None:
         h = self._state(features)
         tokens = mx.array(list(ids))[None]
         if self._pending is not None:
@@ -66,9 +83,13 @@ class MTPDrafter:
         self._pending = h[:, -1:]
 
     def defer(self, ids: Sequence[int], features: list[mx.array]) -> None:
-        self.observe(ids, features)  # one small layer: cheaper to keep up than to catch up
+        """Kept for ``catch_up``: running the head on every token of another mode's steps
+        made auto mode's plain steps ~10% slower than plain decoding's."""
+        if ids:
+            self._deferred.append((list(ids), features))
 
     def propose(self, root: int, depth: int, top_k: int) -> BlockCandidates:
+        self.catch_up()
         if self._pending is None:
             raise RuntimeError("the MTP head has no context yet: observe the prompt first")
         offset = self._cache.offset

@@ -113,7 +113,7 @@ def build_tree(
         opens_branch = (parent == 0 and not tree.children[0]) or bool(tree.children[parent])
         if opens_branch and leaves >= width:
             continue
-        node = tree.add(parent, token, prob, source)
+        node = tree.add(parent, token, prob, source, score=-neg)
         leaves += opens_branch
         push_children(node, -neg, sub)
     return tree

@@ -28,6 +28,20 @@ from engine_mlx.stats import StepStats
 
 
 @dataclass(frozen=True)
+class LengthPlan:
+    """How many draft nodes a step verifies, and what that was expected to bring."""
+
+    nodes: int
+    expected_tokens: float
+    predicted_s: float
+
+
+# (mode, node scores best-first, draft seconds, depth) -> the plan; the auto policy's
+# ``plan_length``.
+LengthPlanner = Callable[[str, Sequence[float], float, int], LengthPlan]
+
+
+@dataclass(frozen=True)
 class StepOutcome:
     tokens: list[int]
     from_draft: list[bool]
@@ -48,6 +62,9 @@ class Strategy(Protocol):
 
     def release(self) -> int:
         """Hand over: undo any queued work on the cache and return the root."""
+
+    def peek_root(self) -> int:
+        """The root, without handing over (waits for a queued step's token)."""
 
     def step(self, limit: int) -> StepOutcome:
         """Commit between 1 and ``limit`` tokens."""
@@ -94,6 +111,11 @@ class Autoregressive:
             self._queued = None
         if self._root is None:
             raise RuntimeError("nothing to hand over")
+        return int(self._root.item())
+
+    def peek_root(self) -> int:
+        if self._root is None:
+            raise RuntimeError("begin() was not called")
         return int(self._root.item())
 
     def _queue(self) -> None:
@@ -164,8 +186,10 @@ class Speculative:
         lookup: NGramIndex | None = None,
         capture: tuple[int, ...] | None = None,
         feed: Callable[[list[int], list[mx.array], Drafter | None], None] | None = None,
+        planner: LengthPlanner | None = None,
     ) -> None:
         self.name = name
+        self.planner = planner  # auto mode: verify only the nodes worth their cost
         self.target, self.cache, self.sampler = target, cache, sampler
         self.calibrator = calibrator
         self.drafter = drafter
@@ -193,6 +217,16 @@ class Speculative:
             raise RuntimeError("nothing to hand over")
         return int(self._root.item())
 
+    def peek_root(self) -> int:
+        return self.release()
+
+    def preview(self, root: int) -> tuple[list[float], float]:
+        """Draft after ``root`` without verifying: the nodes' scores, best first, and the
+        seconds drafting took (the auto policy's look at a mode that is not running)."""
+        t0 = time.perf_counter()
+        tree = self.propose(root, max_depth=self.block_size - 1)
+        return tree.scores[1:], time.perf_counter() - t0
+
     def step(self, limit: int) -> StepOutcome:
         if self._root is None:
             raise RuntimeError("begin() was not called")
@@ -204,6 +238,10 @@ class Speculative:
         tree = self.propose(root, max_depth=min(self.block_size - 1, limit - 1))
         t1 = time.perf_counter()
         prefix = self.target.cache_length(self.cache)
+        plan = None
+        if self.planner is not None:
+            plan = self.planner(self.name, tree.scores[1:], t1 - t0, prefix)
+            tree = tree.truncated(plan.nodes)
         snap = self.target.snapshot(self.cache) if self.target.is_hybrid else None
         out = self.target.forward(
             mx.array(tree.tokens),
@@ -238,6 +276,8 @@ class Speculative:
             draft_s=t1 - t0,
             verify_s=t2 - t1,
             commit_s=t3 - t2,
+            predicted_tokens=plan.expected_tokens if plan else 0.0,
+            predicted_s=plan.predicted_s if plan else 0.0,
         )
         return StepOutcome(result.tokens, [True] * result.accepted + [False], stats)
 

@@ -21,6 +21,8 @@ class CandidateTree:
     depths: list[int] = field(default_factory=lambda: [0])
     probs: list[float] = field(default_factory=lambda: [1.0])  # drafter's probability
     sources: list[str] = field(default_factory=lambda: ["root"])
+    # The selector's estimate that the target accepts the whole path to a node (root: 1).
+    scores: list[float] = field(default_factory=lambda: [1.0])
     children: list[dict[int, int]] = field(default_factory=lambda: [{}])
 
     @classmethod
@@ -30,7 +32,9 @@ class CandidateTree:
     def __len__(self) -> int:
         return len(self.tokens)
 
-    def add(self, parent: int, token: int, prob: float = 1.0, source: str = "draft") -> int:
+    def add(
+        self, parent: int, token: int, prob: float = 1.0, source: str = "draft", score: float = 0.0
+    ) -> int:
         """Add ``token`` under ``parent`` (or return the existing node for it)."""
         existing = self.children[parent].get(int(token))
         if existing is not None:
@@ -41,9 +45,26 @@ class CandidateTree:
         self.depths.append(self.depths[parent] + 1)
         self.probs.append(float(prob))
         self.sources.append(source)
+        self.scores.append(float(score))
         self.children.append({})
         self.children[parent][int(token)] = node
         return node
+
+    def truncated(self, nodes: int) -> CandidateTree:
+        """The root and the first ``nodes`` draft nodes. Parents come before children, so
+        any prefix is a tree; built best-first, it is the best tree of its size."""
+        keep = nodes + 1
+        if keep >= len(self):
+            return self
+        return CandidateTree(
+            tokens=self.tokens[:keep],
+            parents=self.parents[:keep],
+            depths=self.depths[:keep],
+            probs=self.probs[:keep],
+            sources=self.sources[:keep],
+            scores=self.scores[:keep],
+            children=[{t: c for t, c in kids.items() if c < keep} for kids in self.children[:keep]],
+        )
 
     @property
     def width(self) -> int:

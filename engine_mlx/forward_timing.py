@@ -1,0 +1,74 @@
+"""Timing the target's forward: what one forward over n tokens costs at a given depth.
+
+Used by the step-cost calibration (``step_costs``) and the benchmarks alike, so both measure
+the same way: the prompt prefilled in the engine's chunks, one untimed forward per shape to
+warm it up, the cache put back after every timed one.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import mlx.core as mx
+
+from engine_mlx.models.target import TargetModel
+
+PREFILL_CHUNK = 512
+
+FILLER = (
+    "The history of computing is a story of abstractions layered on one another, from "
+    "switches and gates to instruction sets, compilers, operating systems and networks. "
+)
+
+
+def depth_prompt(target: TargetModel, depth: int) -> list[int]:
+    """Exactly ``depth`` tokens of deterministic prose (none at depth 0)."""
+    if depth <= 0:
+        return []
+    return target.tokenizer.encode(FILLER * (depth // 8 + 4))[:depth]
+
+
+def prefill_cost(target: TargetModel, prompt: list[int], repeats: int = 3) -> float:
+    """ms to prefill ``prompt`` into a fresh cache in the engine's chunks: median of
+    ``repeats`` after one untimed run."""
+    times = []
+    for attempt in range(repeats + 1):
+        cache = target.make_cache()
+        t0 = time.perf_counter()
+        for start in range(0, len(prompt), PREFILL_CHUNK):
+            chunk = mx.array(prompt[start : start + PREFILL_CHUNK])
+            mx.eval(target.forward(chunk, cache, last_only=True).logits)
+        if attempt:
+            times.append(time.perf_counter() - t0)
+    return 1000 * statistics.median(times)
+
+
+def verify_costs(
+    target: TargetModel, prompt: list[int], sizes: list[int], repeats: int = 3
+) -> dict[int, float]:
+    """ms of one target forward over ``n`` new tokens (a tree of n nodes) after ``prompt``:
+    the median of ``repeats`` timed forwards after one untimed one, the cache put back after
+    each (trimmed, or restored from a snapshot where it cannot be trimmed: hybrid targets)."""
+    cache = target.make_cache()
+    for start in range(0, len(prompt), PREFILL_CHUNK):
+        chunk = mx.array(prompt[start : start + PREFILL_CHUNK])
+        mx.eval(target.forward(chunk, cache, last_only=True).logits)
+    depth = target.cache_length(cache)
+    out = {}
+    for n in sizes:
+        tokens = mx.array([(7 * i + 3) % 100 for i in range(n)])
+        times = []
+        for attempt in range(repeats + 1):
+            snapshot = None if target.can_trim(cache) else target.snapshot(cache)
+            t0 = time.perf_counter()
+            mx.eval(target.forward(tokens, cache).logits)
+            if attempt:  # the first one warms up this shape
+                times.append(time.perf_counter() - t0)
+            if snapshot is None:
+                target.trim(cache, n)
+            else:
+                target.restore(cache, snapshot)
+        out[n] = 1000 * statistics.median(times)
+        assert target.cache_length(cache) == depth
+    return out

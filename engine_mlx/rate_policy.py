@@ -1,0 +1,240 @@
+"""The default auto policy: each step, the mode and draft length with the most expected tokens
+per second.
+
+Expected tokens come from the drafts themselves: the selector scores every candidate node with
+its calibrated probability of being accepted together with its ancestors, so a tree of the
+best n nodes is expected to commit ``1 + sum(scores[:n])`` tokens. Cost comes from the
+machine: ``step_costs`` says what the target's forward over n+1 tokens costs at this depth,
+and a step's own draft time is known once it has drafted. So:
+
+- **length** (``plan_length``, after drafting): verify the n in 0..all maximising
+  ``(1 + E_n) / (draft + rest + forward(n + 1))`` — fewer tokens when confidence drops, none
+  (a plain step) when no draft is worth its forward;
+- **a look at the other modes** (``preview_due`` / ``observe_preview``): every few steps the
+  generation drafts with a mode that is not running, without verifying, and the same plan
+  says what that draft would have been worth here. A look costs one draft — no switch, no
+  verification — and comes less often (doubling up to ``max_look_every``, across replies)
+  while the mode keeps losing;
+- **mode** (``choose``, before drafting): plain decoding's rate is ``1 / forward(1)``; the
+  running drafting mode's is the tokens its recent steps committed (at most
+  ``TRUST_ABOVE_EXPECTED`` times what its plans expected: a lucky run is not a trend) over
+  their cost; a mode not running is rated by its recent looks. The best rate wins, with a
+  margin against flapping.
+
+The first step after a switch is not timed (the drafter catching up, the plain pipeline
+refilling): it would make every newly chosen mode look slower than it is. A forced mode
+overrides everything. The earlier policies (``policy.CostModelPolicy``, which learns rates by
+switching to each mode for a few steps, and ``policy.ThresholdPolicy``) remain selectable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from engine_mlx.decoding.strategies import LengthPlan
+from engine_mlx.modes import Mode
+from engine_mlx.policy import Choice, _switch_reason
+from engine_mlx.stats import StepStats
+from engine_mlx.step_costs import StepCosts
+
+SMOOTHING = 0.3
+TRUST_ABOVE_EXPECTED = 2.0  # realised tokens count up to this multiple of the plans' expectation
+
+
+@dataclass
+class _Drafting:
+    """What one drafting mode has shown: kept across replies, refreshed by every step."""
+
+    expected: float | None = None  # tokens per step its plans expected when it ran
+    realised: float | None = None  # tokens per step it committed when it ran
+    verified: float = 1.0  # tokens per verify forward when it ran (root included)
+    draft: float | None = None  # seconds per proposal
+    rest: float = 0.0  # seconds per step beside draft and forward (acceptance, compaction)
+    look: LengthPlan | None = None  # what its latest looks promised (smoothed)
+    last_look: int = -(10**9)  # policy step of its last look or step
+    look_every: int = 4
+
+
+@dataclass
+class ExpectedRatePolicy:
+    modes: list[Mode]
+    costs_source: Callable[[], StepCosts]  # the calibrated table, loaded on first use
+    hysteresis: float = 0.1
+    look_every: int = 4
+    max_look_every: int = 32
+    forced: Mode | None = None
+    _costs: StepCosts | None = None
+    _drafting: dict[Mode, _Drafting] = field(default_factory=dict)
+    _steps: int = 0
+    _previous: Mode | None = None  # the mode of the last observed step
+
+    @property
+    def costs(self) -> StepCosts:
+        if self._costs is None:
+            self._costs = self.costs_source()
+        return self._costs
+
+    def _state(self, mode: Mode) -> _Drafting:
+        return self._drafting.setdefault(mode, _Drafting(look_every=self.look_every))
+
+    # --- rates ---------------------------------------------------------------------------
+
+    def rate(self, mode: Mode, depth: int, running: bool) -> LengthPlan | None:
+        """Expected tokens and seconds per step of ``mode`` here (``running``: from its own
+        recent steps, else from its looks); None when nothing is known yet."""
+        if mode is Mode.AR:
+            return LengthPlan(0, 1.0, self.costs.verify_s(1, depth))
+        state = self._drafting.get(mode)
+        if state is None:
+            return None
+        if not running or state.realised is None or state.draft is None:
+            return state.look
+        tokens = state.realised
+        if state.expected is not None:
+            tokens = min(tokens, TRUST_ABOVE_EXPECTED * state.expected)
+        seconds = state.draft + state.rest + self.costs.verify_s(round(state.verified), depth)
+        return LengthPlan(round(state.verified) - 1, max(1.0, tokens), seconds)
+
+    # --- looks ---------------------------------------------------------------------------
+
+    def preview_due(self, depth: int, current: Mode) -> Mode | None:
+        """A drafting mode, not the running one, whose look is due."""
+        if self.forced:
+            return None
+        due = [
+            m
+            for m in self.modes
+            if m not in (Mode.AR, current)
+            and self._steps - self._state(m).last_look >= self._state(m).look_every
+        ]
+        return min(due, key=lambda m: self._state(m).last_look) if due else None
+
+    def observe_preview(
+        self, mode: Mode, scores: Sequence[float], draft_s: float, depth: int
+    ) -> None:
+        state = self._state(mode)
+        plan = self._best_length(scores, draft_s + state.rest, depth)
+        old = state.look
+        state.look = (
+            plan
+            if old is None
+            else LengthPlan(
+                plan.nodes,
+                old.expected_tokens + SMOOTHING * 2 * (plan.expected_tokens - old.expected_tokens),
+                old.predicted_s + SMOOTHING * 2 * (plan.predicted_s - old.predicted_s),
+            )
+        )
+        state.last_look = self._steps
+        plain = self.rate(Mode.AR, depth, True)
+        promising = _per_s(state.look) > _per_s(plain) * (1 + self.hysteresis)
+        state.look_every = (
+            self.look_every if promising else min(self.max_look_every, 2 * state.look_every)
+        )
+
+    # --- the mode ------------------------------------------------------------------------
+
+    def choose(self, depth: int, current: Mode | None) -> Choice:
+        if self.forced:
+            return Choice(self.forced, _switch_reason(current, self.forced, "forced by the user"))
+        if current is None:  # a new reply: look at every drafting mode soon
+            for mode in self.modes:
+                if mode is not Mode.AR:
+                    state = self._state(mode)
+                    state.last_look = min(state.last_look, self._steps - 1 - self.look_every)
+                    state.look_every = self.look_every
+        rates = {m: r for m in self.modes if (r := self.rate(m, depth, m is current)) is not None}
+        best = max(rates, key=lambda m: _per_s(rates[m]))
+        if current is None:
+            return Choice(best)
+        here = rates.get(current)
+        if best != current and (
+            here is None or _per_s(rates[best]) > _per_s(here) * (1 + self.hysteresis)
+        ):
+            if current is not Mode.AR and here is not None:  # leaving: its look is what it did
+                self._state(current).look = here
+            if best is not Mode.AR:  # joining: its own steps will say how it does now
+                self._state(best).realised = self._state(best).expected = None
+            return Choice(best, self._reason(best, rates[best], depth, current, here))
+        return Choice(current)
+
+    def _reason(
+        self,
+        mode: Mode,
+        rate: LengthPlan,
+        depth: int,
+        other_mode: Mode | None,
+        other: LengthPlan | None,
+    ) -> str:
+        verified = rate.nodes + 1
+        text = (
+            f"{mode.label}, {verified} token{'s' * (verified != 1)} verified: "
+            f"expects {rate.expected_tokens:.1f} tok/step at {rate.predicted_s * 1000:.0f} ms"
+        )
+        if other is not None and other_mode is not None:
+            text += (
+                f"; {other_mode.label} {other.expected_tokens:.1f} tok/step "
+                f"at {other.predicted_s * 1000:.0f} ms"
+            )
+        return text + f" (context {depth:,})"
+
+    # --- the length ----------------------------------------------------------------------
+
+    def plan_length(
+        self, mode: str, scores: Sequence[float], draft_s: float, depth: int
+    ) -> LengthPlan:
+        """The number of best-first nodes to verify that maximises expected tokens/s."""
+        state = self._state(Mode(mode))
+        plan = self._best_length(scores, draft_s + state.rest, depth)
+        prior = state.expected if state.expected is not None else plan.expected_tokens
+        state.expected = _smooth(prior, plan.expected_tokens)
+        state.verified = _smooth(state.verified, plan.nodes + 1.0)
+        return plan
+
+    def _best_length(self, scores: Sequence[float], fixed_s: float, depth: int) -> LengthPlan:
+        best = LengthPlan(0, 1.0, fixed_s + self.costs.verify_s(1, depth))
+        expected = 1.0
+        for n, score in enumerate(scores, start=1):
+            expected += score
+            seconds = fixed_s + self.costs.verify_s(n + 1, depth)
+            if expected / seconds > _per_s(best):
+                best = LengthPlan(n, expected, seconds)
+        return best
+
+    # --- what happened -------------------------------------------------------------------
+
+    def observe(
+        self,
+        mode: Mode,
+        depth: int,
+        committed: int,
+        seconds: float,
+        stats: StepStats | None = None,
+    ) -> None:
+        self._steps += 1
+        timed = mode is self._previous
+        self._previous = mode
+        if mode is Mode.AR:
+            if timed:
+                self.costs.observe_verify(1, depth, seconds)
+            return
+        state = self._state(mode)
+        state.last_look = self._steps
+        if stats is not None:
+            self.costs.observe_verify(stats.drafted + 1, depth, stats.verify_s)
+            if timed or state.draft is None:
+                state.draft = _smooth(state.draft if timed else None, stats.draft_s)
+                self.costs.observe_draft(mode.value, stats.draft_s)
+                rest = max(0.0, seconds - stats.verify_s - stats.draft_s)
+                state.rest = _smooth(state.rest if timed else None, rest)
+        # A mode's first step starts from what its plan expected, not from one sample.
+        prior = state.realised if state.realised is not None else state.expected
+        state.realised = _smooth(prior, float(committed))
+
+
+def _per_s(plan: LengthPlan) -> float:
+    return plan.expected_tokens / plan.predicted_s if plan.predicted_s > 0 else 0.0
+
+
+def _smooth(old: float | None, new: float, weight: float = SMOOTHING) -> float:
+    return new if old is None else old + weight * (new - old)

@@ -1,0 +1,195 @@
+"""What a decoding step costs on this machine: the target's forward over n tokens at a depth,
+and each drafter's proposal.
+
+Cost is a property of the machine, the model and the step's shape, not of the text, so it is
+measured once per machine and model — a short calibration at the first auto generation
+(forwards over 1–16 tokens at depth 0 and, where the context allows, 1024; a few seconds) —
+and cached on disk under a key of both. Every real step then refines it (a moving average per
+measured cell), so a busy machine or a drifting estimate corrects itself within a reply.
+Between measured cells the forward's cost is interpolated linearly in tokens and in depth
+(attention grows with depth; the weights' cost does not), beyond them extrapolated along the
+last two depths.
+
+The cache file is refused — with a message, then a new calibration — when it is corrupt,
+written by another format version, or older than ``MAX_AGE_DAYS``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+from engine_mlx.blas import status as blas_status
+from engine_mlx.cpu.machine import cores, cpu_signature
+from engine_mlx.forward_timing import depth_prompt, verify_costs
+from engine_mlx.models.target import TargetModel
+from engine_mlx.paths import cache_dir
+
+FORMAT = 1
+MAX_AGE_DAYS = 30
+TOKENS = (1, 2, 4, 8, 16)
+DEPTHS = (0, 1024)
+SMOOTHING = 0.1
+
+
+@dataclass
+class StepCosts:
+    """Seconds per verify forward by (tokens, depth), and per proposal by drafting mode."""
+
+    verify: dict[tuple[int, int], float]  # (tokens, depth) -> seconds
+    draft: dict[str, float] = field(default_factory=dict)  # mode -> seconds per proposal
+    note: str = ""  # how this table came to be (calibrated now, from the cache, ...)
+
+    def verify_s(self, tokens: int, depth: int) -> float:
+        """The forward over ``tokens`` tokens at ``depth``, interpolated between cells."""
+        depths = sorted({d for _, d in self.verify})
+        if len(depths) == 1 or depth <= depths[0]:
+            return self._at_depth(tokens, depths[0])
+        for d0, d1 in itertools.pairwise(depths):
+            if depth <= d1:
+                return _lerp(depth, d0, d1, self._at_depth(tokens, d0), self._at_depth(tokens, d1))
+        d0, d1 = depths[-2], depths[-1]
+        low, high = self._at_depth(tokens, d0), self._at_depth(tokens, d1)
+        return high + max(0.0, high - low) * (depth - d1) / (d1 - d0)
+
+    def _at_depth(self, tokens: int, depth: int) -> float:
+        sizes = sorted(n for n, d in self.verify if d == depth)
+        if tokens <= sizes[0]:
+            return self.verify[(sizes[0], depth)]
+        for n0, n1 in itertools.pairwise(sizes):
+            if tokens <= n1:
+                a, b = self.verify[(n0, depth)], self.verify[(n1, depth)]
+                return _lerp(tokens, n0, n1, a, b)
+        n0, n1 = sizes[-2], sizes[-1]
+        a, b = self.verify[(n0, depth)], self.verify[(n1, depth)]
+        return b + max(0.0, b - a) * (tokens - n1) / (n1 - n0)
+
+    def draft_s(self, mode: str) -> float | None:
+        return self.draft.get(mode)
+
+    def observe_verify(self, tokens: int, depth: int, seconds: float) -> None:
+        """A real forward: moves the nearest measured cell toward what its shape implies."""
+        if seconds <= 0:
+            return
+        predicted = self.verify_s(tokens, depth)
+        cell = min(self.verify, key=lambda c: (abs(c[0] - tokens), abs(c[1] - depth)))
+        ratio = seconds / predicted if predicted > 0 else 1.0
+        self.verify[cell] *= 1.0 + SMOOTHING * (min(max(ratio, 0.5), 2.0) - 1.0)
+
+    def observe_draft(self, mode: str, seconds: float) -> None:
+        old = self.draft.get(mode)
+        self.draft[mode] = seconds if old is None else old + SMOOTHING * (seconds - old)
+
+    def to_json(self) -> dict:
+        return {
+            "format": FORMAT,
+            "written": time.time(),
+            "verify": [[n, d, s] for (n, d), s in sorted(self.verify.items())],
+            "draft": self.draft,
+        }
+
+
+class StaleCosts(ValueError):
+    """The cached table cannot be used; the message says why."""
+
+
+def from_json(data: dict, now: float | None = None) -> StepCosts:
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise StaleCosts("written by another version of FlashChat")
+    age_days = ((now or time.time()) - float(data.get("written", 0))) / 86400
+    if not 0 <= age_days <= MAX_AGE_DAYS:
+        raise StaleCosts(f"{age_days:.0f} days old (at most {MAX_AGE_DAYS})")
+    try:
+        verify = {(int(n), int(d)): float(s) for n, d, s in data["verify"]}
+        draft = {str(m): float(s) for m, s in dict(data.get("draft", {})).items()}
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StaleCosts(f"damaged ({exc})") from exc
+    if not verify or any(s <= 0 or s != s for s in (*verify.values(), *draft.values())):
+        raise StaleCosts("damaged (no or non-positive timings)")
+    if len({d for _, d in verify}) > 1 and any(
+        (n, d) not in verify for n in {n for n, _ in verify} for d in {d for _, d in verify}
+    ):
+        raise StaleCosts("damaged (an incomplete table)")
+    return StepCosts(verify, draft)
+
+
+def cache_file(target: TargetModel) -> Path:
+    """One file per machine and model: CPU, cores, BLAS, MLX, and the model's files and dtype."""
+    spec = target.spec
+    config = Path(spec.path) / "config.json"
+    try:
+        stamp = f"{config.stat().st_size}:{int(config.stat().st_mtime)}"
+    except OSError:
+        stamp = "?"
+    try:
+        mlx = metadata.version("mlx")
+    except metadata.PackageNotFoundError:
+        mlx = "?"
+    key = "\n".join(
+        (
+            cpu_signature(),
+            str(cores()),
+            blas_status().describe(),
+            mlx,
+            str(Path(spec.path).resolve()),
+            stamp,
+            str(target.dtype),
+        )
+    )
+    digest = hashlib.sha256(key.encode()).hexdigest()[:20]
+    return cache_dir() / "step-costs" / f"{spec.name}-{digest}.json"
+
+
+def load_or_calibrate(target: TargetModel, log=None) -> StepCosts:
+    """The cached table for this machine and model, or a new calibration (then cached).
+    ``log`` receives one line when the cache is refused or a calibration runs."""
+    path = cache_file(target)
+    say = log or (lambda line: None)
+    if path.exists():
+        try:
+            costs = from_json(json.loads(path.read_text(encoding="utf-8")))
+            costs.note = "from this machine's calibration"
+            return costs
+        except (OSError, ValueError) as exc:
+            say(f"Step-cost calibration for {target.spec.name} not used ({exc}); measuring again.")
+    start = time.perf_counter()
+    costs = calibrate(target)
+    costs.note = f"calibrated now in {time.perf_counter() - start:.1f} s"
+    say(f"Measured the step costs of {target.spec.name} on this machine ({costs.note}).")
+    save(path, costs)
+    return costs
+
+
+def calibrate(target: TargetModel, repeats: int = 2) -> StepCosts:
+    """Forwards over ``TOKENS`` tokens at ``DEPTHS`` (those that fit the context)."""
+    verify: dict[tuple[int, int], float] = {}
+    for depth in DEPTHS:
+        if depth + max(TOKENS) >= target.spec.max_context:
+            continue
+        ms = verify_costs(target, depth_prompt(target, depth), list(TOKENS), repeats)
+        verify.update({(n, depth): v / 1000 for n, v in ms.items()})
+    return StepCosts(verify)
+
+
+def save(path: Path, costs: StepCosts) -> None:
+    """Write ``costs`` (atomically), and drop tables too old to be used again."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for old in path.parent.glob("*.json"):
+            if time.time() - old.stat().st_mtime > MAX_AGE_DAYS * 86400:
+                old.unlink(missing_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(costs.to_json()), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only cache: calibrate again next time
+
+
+def _lerp(x: float, x0: float, x1: float, y0: float, y1: float) -> float:
+    return y0 + (y1 - y0) * (x - x0) / (x1 - x0) if x1 != x0 else y0
