@@ -14,7 +14,7 @@ and a step's own draft time is known once it has drafted. So:
   generation drafts with a mode that is not running, without verifying, and the same plan
   says what that draft would have been worth here. A look costs one draft — no switch, no
   verification — and comes less often (doubling up to ``max_look_every``, across replies)
-  while the mode keeps losing;
+  while the mode keeps losing; a new reply gets one look at each mode at once;
 - **mode** (``choose``, before drafting): plain decoding's rate is ``1 / forward(1)``; the
   running drafting mode's is the tokens its recent steps committed (at most
   ``TRUST_ABOVE_EXPECTED`` times what its plans expected: a lucky run is not a trend) over
@@ -137,12 +137,11 @@ class ExpectedRatePolicy:
     def choose(self, depth: int, current: Mode | None) -> Choice:
         if self.forced:
             return Choice(self.forced, _switch_reason(current, self.forced, "forced by the user"))
-        if current is None:  # a new reply: look at every drafting mode soon
+        if current is None:  # a new reply, new text: one look at each drafting mode at once
             for mode in self.modes:
                 if mode is not Mode.AR:
                     state = self._state(mode)
-                    state.last_look = min(state.last_look, self._steps - 1 - self.look_every)
-                    state.look_every = self.look_every
+                    state.last_look = min(state.last_look, self._steps - state.look_every)
         rates = {m: r for m in self.modes if (r := self.rate(m, depth, m is current)) is not None}
         best = max(rates, key=lambda m: _per_s(rates[m]))
         if current is None:
