@@ -53,9 +53,7 @@ def test_cost_policy_probing_back_and_forth_is_lossless(arch, tiny_target):
     ids = target.tokenizer.encode(PROMPT)
     drafter = DFlashDrafter(random_dflash(target), target)
     session = Session(target, drafter)
-    config = GenerationConfig(
-        max_tokens=60, mode="auto", ignore_eos=True, width=3, policy="cost"
-    )
+    config = GenerationConfig(max_tokens=60, mode="auto", ignore_eos=True, width=3, policy="cost")
     policy = session.policy(config)
     policy.probe_interval, policy.probe_steps, policy.stale_after = 5, 3, 6  # switch a lot
     events = list(session.generate(ids, config))

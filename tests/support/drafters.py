@@ -58,7 +58,7 @@ class OracleDrafter:
         self.context.extend(int(i) for i in ids)
 
     def defer(self, ids: Sequence[int], features: list[mx.array]) -> None:
-        raise AssertionError("the oracle takes no features")
+        self.observe(ids, features)  # tokens fed while another mode decodes (auto mode)
 
     def propose(self, root: int, depth: int, top_k: int) -> BlockCandidates:
         cache = self.target.make_cache()

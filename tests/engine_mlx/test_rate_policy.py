@@ -1,0 +1,132 @@
+"""The expected-rate policy on synthetic costs and acceptance: it picks the argmax of expected
+tokens per second, shortens drafts as confidence drops, and stays plain when nothing drafted
+is worth its forward. And on real tiny models: lossless across mode and length changes."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine_mlx.config import GenerationConfig
+from engine_mlx.decoding.dflash_drafter import DFlashDrafter
+from engine_mlx.events import ModeSwitch, Tokens
+from engine_mlx.modes import Mode
+from engine_mlx.rate_policy import ExpectedRatePolicy
+from engine_mlx.session import Session
+from engine_mlx.stats import StepStats
+from engine_mlx.step_costs import StepCosts
+from tests.support.drafters import random_dflash
+
+
+def _costs(per_token_ms: float = 1.0, base_ms: float = 30.0) -> StepCosts:
+    """A forward over n tokens costs base + per_token * (n - 1) ms, at any depth."""
+    table = {(n, d): (base_ms + per_token_ms * (n - 1)) / 1000 for n in (1, 2, 4, 8, 16)
+             for d in (0, 1024)}  # fmt: skip
+    return StepCosts(table)
+
+
+def _policy(costs: StepCosts, modes=(Mode.AR, Mode.DFLASH2)) -> ExpectedRatePolicy:
+    return ExpectedRatePolicy(list(modes), lambda: costs)
+
+
+def test_length_is_the_argmax_of_expected_tokens_per_second():
+    policy = _policy(_costs(per_token_ms=1.0))
+    scores = [0.9, 0.8, 0.7, 0.3, 0.05, 0.01, 0.01]
+    plan = policy.plan_length("dflash2", scores, draft_s=0.010, depth=0)
+    rates = [
+        (1 + sum(scores[:n])) / (0.010 + policy.costs.verify_s(n + 1, 0))
+        for n in range(len(scores) + 1)
+    ]
+    assert plan.nodes == max(range(len(rates)), key=rates.__getitem__)
+    assert plan.expected_tokens == pytest.approx(1 + sum(scores[: plan.nodes]))
+    assert 3 <= plan.nodes <= 4  # the confident prefix, not the long tail
+
+
+def test_drafts_shorten_as_confidence_drops_and_vanish_when_none_is_worth_it():
+    policy = _policy(_costs(per_token_ms=4.0))
+    confident = policy.plan_length("dflash2", [0.95] * 7, 0.01, 0).nodes
+    middling = policy.plan_length("dflash2", [0.6, 0.36, 0.2, 0.1, 0.05, 0.03, 0.01], 0.01, 0)
+    hopeless = policy.plan_length("dflash2", [0.05, 0.01, 0.0, 0.0], 0.01, 0)
+    assert confident == 7 and 0 < middling.nodes < confident
+    assert hopeless.nodes == 0 and hopeless.expected_tokens == 1.0
+
+
+def test_expensive_verification_keeps_drafts_short():
+    scores = [0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3]
+    cheap = _policy(_costs(per_token_ms=0.5)).plan_length("dflash2", scores, 0.01, 0)
+    dear = _policy(_costs(per_token_ms=12.0)).plan_length("dflash2", scores, 0.01, 0)
+    assert dear.nodes < cheap.nodes
+
+
+def test_plain_wins_when_looks_promise_nothing_and_a_confident_mode_wins_otherwise():
+    costs = _costs(per_token_ms=1.0)
+    policy = _policy(costs, (Mode.AR, Mode.DFLASH2, Mode.MTP))
+    assert policy.choose(0, None).mode is Mode.AR  # nothing known yet: plain
+    assert policy.preview_due(0, Mode.AR) in (Mode.DFLASH2, Mode.MTP)
+    policy.observe_preview(Mode.DFLASH2, [0.1, 0.01], 0.015, 0)
+    policy.observe_preview(Mode.MTP, [0.2, 0.02], 0.015, 0)
+    assert policy.choose(0, Mode.AR).mode is Mode.AR
+    policy.observe_preview(Mode.MTP, [0.95, 0.9, 0.85], 0.010, 0)
+    policy.observe_preview(Mode.MTP, [0.95, 0.9, 0.85], 0.010, 0)
+    choice = policy.choose(0, Mode.AR)
+    assert choice.mode is Mode.MTP
+    assert (
+        "MTP, 4 tokens verified: expects" in choice.reason and "Plain 1.0 tok/step" in choice.reason
+    )
+
+
+def test_a_losing_mode_is_looked_at_less_and_less_often():
+    policy = _policy(_costs())
+    gaps, last = [], None
+    for step in range(200):
+        due = policy.preview_due(0, Mode.AR)
+        if due is not None:
+            policy.observe_preview(due, [0.05], 0.02, 0)
+            if last is not None:
+                gaps.append(step - last)
+            last = step
+        policy.observe(Mode.AR, 0, 1, 0.03)
+    assert gaps == sorted(gaps) and gaps[-1] == policy.max_look_every and gaps[0] < gaps[-1]
+
+
+def test_the_running_mode_is_judged_by_what_it_commits():
+    policy = _policy(_costs(per_token_ms=1.0))
+    policy.observe_preview(Mode.DFLASH2, [0.9] * 6, 0.01, 0)
+    assert policy.choose(0, Mode.AR).mode is Mode.DFLASH2
+    policy.observe(Mode.AR, 0, 1, 0.03)
+    for _ in range(12):  # its drafts look fine, but the target accepts nothing
+        policy.plan_length("dflash2", [0.9] * 6, 0.01, 0)
+        stats = StepStats(Mode.DFLASH2, committed=1, drafted=6, draft_s=0.01, verify_s=0.036)
+        policy.observe(Mode.DFLASH2, 0, 1, 0.047, stats)
+    assert policy.choose(0, Mode.DFLASH2).mode is Mode.AR
+
+
+def test_a_forced_mode_overrides_and_takes_no_looks():
+    policy = _policy(_costs())
+    policy.forced = Mode.DFLASH2
+    assert policy.choose(0, Mode.AR).mode is Mode.DFLASH2
+    assert policy.preview_due(0, Mode.DFLASH2) is None
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3_5"])
+def test_mode_and_length_changes_within_one_reply_are_lossless(arch, tiny_target, monkeypatch):
+    target = tiny_target(arch)
+    ids = target.tokenizer.encode("Hello world, the quick brown fox")
+    session = Session(target, DFlashDrafter(random_dflash(target), target))
+    config = GenerationConfig(max_tokens=48, mode="auto", ignore_eos=True, width=2)
+    policy = session.policy(config)
+    assert isinstance(policy, ExpectedRatePolicy)
+    # Verification nearly free, then dear, in turns: the policy keeps changing its mind.
+    cheap, dear = _costs(per_token_ms=0.01, base_ms=50), _costs(per_token_ms=30, base_ms=1)
+    calls = {"n": 0}
+
+    def flip() -> StepCosts:
+        calls["n"] += 1
+        return cheap if (calls["n"] // 7) % 2 else dear
+
+    monkeypatch.setattr(type(policy), "costs", property(lambda self: flip()))
+    events = list(session.generate(ids, config))
+    steps = [e.step for e in events if isinstance(e, Tokens)]
+    assert len({s.mode for s in steps}) == 2 and any(isinstance(e, ModeSwitch) for e in events)
+    assert len({s.drafted for s in steps if s.mode is Mode.DFLASH2}) > 1  # lengths varied
+    plain = list(Session(target).generate(ids, GenerationConfig(max_tokens=48, ignore_eos=True)))
+    assert events[-1].tokens == plain[-1].tokens

@@ -1,0 +1,80 @@
+"""Step costs: interpolated between measured cells, refined by real steps, calibrated once per
+machine and model and cached; a stale or damaged cache is refused with a reason."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from engine_mlx import step_costs
+from engine_mlx.step_costs import StaleCosts, StepCosts, from_json, load_or_calibrate
+
+
+def _table() -> StepCosts:
+    return StepCosts({(1, 0): 0.030, (8, 0): 0.044, (1, 1000): 0.040, (8, 1000): 0.060})
+
+
+def test_costs_interpolate_in_tokens_and_depth_and_extrapolate_in_depth():
+    costs = _table()
+    assert costs.verify_s(1, 0) == pytest.approx(0.030)
+    assert costs.verify_s(4, 0) == pytest.approx(0.030 + 0.014 * 3 / 7)
+    assert costs.verify_s(1, 500) == pytest.approx(0.035)
+    assert costs.verify_s(8, 3000) == pytest.approx(0.060 + 0.016 * 2)  # along the last slope
+    assert costs.verify_s(20, 0) > costs.verify_s(8, 0)
+
+
+def test_real_steps_pull_the_nearest_cell_toward_what_they_took():
+    costs = _table()
+    for _ in range(40):
+        costs.observe_verify(1, 0, 0.060)  # a busy machine: twice the calibration
+    assert 0.055 < costs.verify_s(1, 0) <= 0.060
+    assert costs.verify_s(1, 1000) == pytest.approx(0.040)  # other cells untouched
+
+
+def test_the_cache_round_trips_and_refuses_stale_or_damaged_files():
+    costs = _table()
+    costs.observe_draft("dflash2", 0.012)
+    data = json.loads(json.dumps(costs.to_json()))
+    back = from_json(data)
+    assert back.verify == costs.verify and back.draft == {"dflash2": 0.012}
+    with pytest.raises(StaleCosts, match="days old"):
+        from_json({**data, "written": time.time() - 90 * 86400})
+    with pytest.raises(StaleCosts, match="another version"):
+        from_json({**data, "format": 99})
+    with pytest.raises(StaleCosts, match="damaged"):
+        from_json({**data, "verify": [[1, 0, -1.0]]})
+    with pytest.raises(StaleCosts, match="incomplete"):
+        from_json({**data, "verify": data["verify"][:-1]})
+    with pytest.raises(StaleCosts, match="damaged"):
+        from_json({**data, "verify": "abc"})
+
+
+def test_calibration_runs_once_per_machine_and_model_then_comes_from_the_cache(
+    tiny_target, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    target = tiny_target("llama")
+    lines: list[str] = []
+    first = load_or_calibrate(target, log=lines.append)
+    assert first.note.startswith("calibrated now") and len(lines) == 1
+    assert {d for _, d in first.verify} == {0, 1024} or {d for _, d in first.verify} == {0}
+    assert all(s > 0 for s in first.verify.values())
+    path = step_costs.cache_file(target)
+    assert path.exists() and target.spec.name in path.name
+    again = load_or_calibrate(target, log=lines.append)
+    assert again.note == "from this machine's calibration" and again.verify == first.verify
+    assert len(lines) == 1
+    other = tiny_target("qwen3")
+    assert step_costs.cache_file(other) != path  # keyed by model
+    monkeypatch.setattr(step_costs, "cpu_signature", lambda: "another CPU")
+    assert step_costs.cache_file(target) != path  # and by machine
+    monkeypatch.undo()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    path.write_text("{not json")
+    lines.clear()
+    redone = load_or_calibrate(target, log=lines.append)
+    assert redone.note.startswith("calibrated now")
+    assert "not used" in lines[0] and "measuring again" in lines[0]
+    assert json.loads(path.read_text())["format"] == step_costs.FORMAT
