@@ -79,7 +79,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--suite", default=None, choices=["standard", "reduced"], help="modes x depths x categories"
     )
     bench.add_argument("--categories", default=None, help="suite: comma list of math,code,prose")
-    bench.add_argument("--plot-out", type=Path, default=None, help="suite: a PNG of tok/s by depth")
+    bench.add_argument(
+        "--plot-out",
+        type=Path,
+        default=None,
+        help="suite: a PNG of tok/s by depth; bench: auto's predicted vs realised tokens/step",
+    )
     bench.add_argument("--draft-lm", type=Path, default=None, help="suite: mlx-lm draft model")
     bench.add_argument(
         "--baseline-depths",

@@ -14,7 +14,9 @@ from engine_mlx.errors import EngineError
 from engine_mlx.events import Error, Finished, Tokens
 from engine_mlx.forward_timing import depth_prompt
 from engine_mlx.models.target import TargetModel
+from engine_mlx.modes import Mode
 from engine_mlx.session import Session
+from engine_mlx.stats import StepStats
 
 Runner = Callable[[list[int], int], dict[str, Any]]  # (prompt ids, max tokens) -> measurements
 
@@ -61,4 +63,18 @@ def run_ours(session: Session, prompt: list[int], config: GenerationConfig) -> d
         "step_ms": 1000 * sum(x.seconds for x in spec_steps) / n,
         "output": list(finished.tokens),
         "modes": dict(s.modes),
+        "steps": [step_record(x) for x in spec_steps] if config.mode == Mode.AUTO else [],
+    }
+
+
+def step_record(step: StepStats) -> dict[str, Any]:
+    """One decoding step for the bench JSON: what auto chose, expected and got."""
+    return {
+        "mode": step.mode.value,
+        "width": step.width,
+        "verified": step.drafted + 1,
+        "predicted_tokens": round(step.predicted_tokens, 4),
+        "tokens": step.committed,
+        "predicted_ms": round(1000 * step.predicted_s, 3),
+        "ms": round(1000 * step.seconds, 3),
     }

@@ -45,3 +45,47 @@ def plot_suite(report: dict[str, Any], out: Path) -> Path:
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return Path(out)
+
+
+def calibration_points(report: dict[str, Any]) -> list[tuple[float, int]]:
+    """(predicted, realised) tokens of every auto step that verified a draft."""
+    return [
+        (s["predicted_tokens"], s["tokens"])
+        for row in report["results"]
+        for run in row.get("steps", [])
+        for s in run
+        if s["predicted_tokens"] > 0
+    ]
+
+
+def plot_calibration(report: dict[str, Any], out: Path) -> Path:
+    """Auto mode's predicted against realised tokens per step, with the mean per predicted
+    bin: on the diagonal when the acceptance estimates are honest."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points = calibration_points(report)
+    fig, ax = plt.subplots(figsize=(5.2, 4.6))
+    if points:
+        xs, ys = zip(*points, strict=True)
+        ax.scatter(xs, ys, s=10, alpha=0.25, label=f"steps ({len(points)})")
+        top = max(max(xs), max(ys)) + 0.5
+        bins: dict[int, list[tuple[float, int]]] = {}
+        for x, y in points:
+            bins.setdefault(int(x * 2), []).append((x, y))
+        means = sorted(
+            (sum(x for x, _ in b) / len(b), sum(y for _, y in b) / len(b)) for b in bins.values()
+        )
+        ax.plot([m[0] for m in means], [m[1] for m in means], "o-", color="C1", label="mean")
+        ax.plot([1, top], [1, top], "--", color="grey", label="predicted = realised")
+    ax.set_xlabel("predicted tokens per step")
+    ax.set_ylabel("committed tokens per step")
+    ax.set_title("auto: predicted vs realised")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out

@@ -17,6 +17,7 @@ from engine_mlx.backend import backend_info
 from engine_mlx.bench.external import external_baselines
 from engine_mlx.bench.measure import context_prompt, machine_description, run_ours
 from engine_mlx.bench.mlx_lm import mlx_lm_runner
+from engine_mlx.bench.plot import calibration_points, plot_calibration
 from engine_mlx.errors import EngineError
 from engine_mlx.forward_timing import verify_costs
 from engine_mlx.models.target import TargetModel
@@ -26,10 +27,14 @@ from engine_mlx.session import Session
 
 def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {
-        k: statistics.median(r[k] for r in runs) for k in runs[0] if k not in ("output", "modes")
+        k: statistics.median(r[k] for r in runs)
+        for k in runs[0]
+        if k not in ("output", "modes", "steps")
     }
     if "modes" in runs[0]:
         out["modes"] = runs[-1]["modes"]  # steps per mode (auto: what it chose)
+    if runs[0].get("steps"):
+        out["steps"] = [r["steps"] for r in runs]  # auto: every step of every run
     return out
 
 
@@ -133,6 +138,16 @@ def run_bench(args: argparse.Namespace) -> int:
             "verify_ms_by_tree_size": {str(d): c for d, c in tree_costs.items()},
         }
         args.json_out.write_text(json.dumps(report, indent=2))
+    points = calibration_points({"results": rows})
+    if points:
+        predicted = sum(p for p, _ in points) / len(points)
+        realised = sum(r for _, r in points) / len(points)
+        print(
+            f"auto's drafted steps: predicted {predicted:.2f} tokens/step, committed "
+            f"{realised:.2f} ({len(points)} steps)"
+        )
+        if args.plot_out:
+            print(f"calibration plot: {plot_calibration({'results': rows}, args.plot_out)}")
     return 0
 
 
