@@ -59,10 +59,12 @@ def format_stats(stats: dict | None, reason: str = "") -> str:
     tokens = stats.get("generated_tokens")
     if tokens is not None:
         bits.append(f"{tokens} token" + ("" if tokens == 1 else "s"))
-    modes = stats.get("modes") or {}
-    if modes:
-        mode = max(modes, key=lambda name: modes[name])
-        bits.append(mode_label(mode))
+    modes = {name: n for name, n in (stats.get("modes") or {}).items() if n}
+    if len(modes) == 1:
+        bits.append(mode_label(next(iter(modes))))
+    elif modes:  # auto: every mode that ran, most steps first
+        ran = sorted(modes, key=lambda name: -modes[name])
+        bits.append(", ".join(f"{mode_label(m)} {modes[m]}" for m in ran) + " steps")
     return " · ".join(bits)
 
 

@@ -304,11 +304,15 @@ class RateChart(QWidget):
         # Mode-switch markers: a dashed line with a tag naming the new mode. The tag hangs off
         # its own line (to the right, or to the left near the right edge) so it is never read
         # as belonging to a neighbour; a tag that would collide drops to a second row.
+        # Switches closer together than a tag is wide (auto trying a mode for one step and
+        # coming back) are one marker: "3 switches → Plain".
         tag_h = fm.height() + 2
         rows: list[list[QRectF]] = [[unit_rect], []]
         tops = (plot.top() - tag_h - 1, plot.top() + 1)
-        for t, label in self._markers:
-            x = to_point(t, 0).x()
+        for x, label in merge_close_markers(
+            [(to_point(t, 0).x(), label) for t, label in self._markers],
+            min_gap=fm.horizontalAdvance("DFlash2") + 8,
+        ):
             tag_w = fm.horizontalAdvance(label) + 8
             tag_x = x if x + tag_w <= self.width() - 2 else x - tag_w
             row = 0
@@ -328,6 +332,26 @@ class RateChart(QWidget):
     @staticmethod
     def _tick_label(value: float, step: float) -> str:
         return f"{value:.0f}" if step >= 1 else f"{value:.1f}"
+
+
+def merge_close_markers(
+    markers: list[tuple[float, str]], min_gap: float
+) -> list[tuple[float, str]]:
+    """(x, label) markers, in time order, with runs closer than ``min_gap`` pixels merged
+    into one at the run's last switch, labelled with how many switches it holds."""
+    groups: list[list[tuple[float, str]]] = []
+    for x, label in markers:
+        if groups and x - groups[-1][-1][0] < min_gap:
+            groups[-1].append((x, label))
+        else:
+            groups.append([(x, label)])
+    return [
+        (
+            group[-1][0],
+            group[-1][1] if len(group) == 1 else f"{len(group)} switches → {group[-1][1]}",
+        )
+        for group in groups
+    ]
 
 
 class ContextGauge(QWidget):

@@ -172,11 +172,14 @@ def test_regenerate_and_edit_emit_message_ids(qtbot, view: ChatView) -> None:
 
 def test_stats_line() -> None:
     assert format_stats(STATS) == (
-        "14.2 tok/s · τ 3.10 · 78% accepted · TTFT 240 ms · 128 tokens · DFlash2"
+        "14.2 tok/s · τ 3.10 · 78% accepted · TTFT 240 ms · 128 tokens · DFlash2 40, Plain 3 steps"
     )
     plain = dict(STATS, acceptance_rate=None, tau=None, modes={"ar": 9, "lookup": 2})
-    assert format_stats(plain) == "14.2 tok/s · TTFT 240 ms · 128 tokens · Plain"
-    assert format_stats({"modes": {"lookup": 5, "mtp": 1}}) == "Prompt lookup"
+    assert format_stats(plain) == (
+        "14.2 tok/s · TTFT 240 ms · 128 tokens · Plain 9, Prompt lookup 2 steps"
+    )  # auto: which modes ran
+    assert format_stats({"modes": {"lookup": 5, "mtp": 1}}) == "Prompt lookup 5, MTP 1 steps"
+    assert format_stats({"modes": {"lookup": 5, "mtp": 0}}) == "Prompt lookup"
     assert format_stats({"modes": {"mtp": 5}}, "context_full") == "context full · MTP"
     assert format_stats(None, "eos") == ""
 
@@ -186,7 +189,7 @@ def test_stats_line_is_shown_under_the_reply(view: ChatView) -> None:
     view.append_assistant([("Done.", False)])
     view.finish_assistant(3, STATS, "eos")
     text = view.browser.toPlainText()
-    assert "14.2 tok/s · τ 3.10 · 78% accepted · TTFT 240 ms · 128 tokens · DFlash2" in text
+    assert "14.2 tok/s · τ 3.10 · 78% accepted · TTFT 240 ms · 128 tokens · DFlash2 40" in text
     assert text.index("Done.") < text.index("tok/s")
 
 
