@@ -36,6 +36,8 @@ MAX_AGE_DAYS = 30
 TOKENS = (1, 2, 4, 8, 16)
 DEPTHS = (0, 1024)
 SMOOTHING = 0.1
+NEW_DEPTH_MIN = 256  # depths closer than this (or NEW_DEPTH_SHARE of the depth) share cells
+NEW_DEPTH_SHARE = 0.25
 
 
 @dataclass
@@ -74,11 +76,19 @@ class StepCosts:
         return self.draft.get(mode)
 
     def observe_verify(self, tokens: int, depth: int, seconds: float) -> None:
-        """A real forward: moves the nearest measured cell toward what its shape implies."""
+        """A real forward: moves the nearest measured cell toward what its shape implies. A
+        depth far from every measured one (the calibration stops at 1k; replies go deeper)
+        first gets cells of its own, from the extrapolation, so that it does not bend the
+        cells it was extrapolated from."""
         if seconds <= 0:
             return
+        depths = {d for _, d in self.verify}
+        if min(abs(d - depth) for d in depths) > max(NEW_DEPTH_MIN, NEW_DEPTH_SHARE * depth):
+            column = round(depth / NEW_DEPTH_MIN) * NEW_DEPTH_MIN
+            sizes = {n for n, _ in self.verify}
+            self.verify.update({(n, column): self.verify_s(n, column) for n in sizes})
         predicted = self.verify_s(tokens, depth)
-        cell = min(self.verify, key=lambda c: (abs(c[0] - tokens), abs(c[1] - depth)))
+        cell = min(self.verify, key=lambda c: (abs(c[1] - depth), abs(c[0] - tokens)))
         ratio = seconds / predicted if predicted > 0 else 1.0
         self.verify[cell] *= 1.0 + SMOOTHING * (min(max(ratio, 0.5), 2.0) - 1.0)
 

@@ -78,3 +78,14 @@ def test_calibration_runs_once_per_machine_and_model_then_comes_from_the_cache(
     assert redone.note.startswith("calibrated now")
     assert "not used" in lines[0] and "measuring again" in lines[0]
     assert json.loads(path.read_text())["format"] == step_costs.FORMAT
+
+
+def test_a_depth_beyond_the_calibration_gets_its_own_cells():
+    costs = _table()
+    at_1000 = costs.verify_s(1, 1000)
+    for _ in range(60):
+        costs.observe_verify(1, 4000, 0.200)  # much slower than the extrapolation says
+    assert costs.verify_s(1, 1000) == pytest.approx(at_1000)  # the measured cells stay
+    assert 0.15 < costs.verify_s(1, 4000) <= 0.200
+    assert {d for _, d in costs.verify} == {0, 1000, 4096}
+    assert from_json(json.loads(json.dumps(costs.to_json()))).verify == costs.verify
