@@ -89,8 +89,14 @@ class StepCosts:
             self.verify.update({(n, column): self.verify_s(n, column) for n in sizes})
         predicted = self.verify_s(tokens, depth)
         cell = min(self.verify, key=lambda c: (abs(c[1] - depth), abs(c[0] - tokens)))
-        ratio = seconds / predicted if predicted > 0 else 1.0
-        self.verify[cell] *= 1.0 + SMOOTHING * (min(max(ratio, 0.5), 2.0) - 1.0)
+        ratio = min(max(seconds / predicted if predicted > 0 else 1.0, 0.5), 2.0)
+        # The nearest cell fully, the rest of its depth's column half as much: a busy machine
+        # or a misjudged depth slows every size, and a size that never runs here (plain
+        # decoding while a drafting mode does) must not keep a stale cost.
+        for n, d in self.verify:
+            if d == cell[1]:
+                weight = SMOOTHING if n == cell[0] else SMOOTHING / 2
+                self.verify[(n, d)] *= 1.0 + weight * (ratio - 1.0)
 
     def observe_draft(self, mode: str, seconds: float) -> None:
         old = self.draft.get(mode)
