@@ -12,9 +12,12 @@ and a step's own draft time is known once it has drafted. So:
   (a plain step) when no draft is worth its forward;
 - **a look at the other modes** (``preview_due`` / ``observe_preview``): every few steps the
   generation drafts with a mode that is not running, without verifying, and the same plan
-  says what that draft would have been worth here. A look costs one draft — no switch, no
-  verification — and comes less often (doubling up to ``max_look_every``, across replies)
-  while the mode keeps losing; a new reply gets one look at each mode at once;
+  says what that draft would have been worth here (its expected drafted tokens scaled by how
+  the mode's plans compared with what it committed when it last ran). A look costs one
+  draft — no switch, no verification — and comes less often (doubling up to
+  ``max_look_every``, across replies) while the mode keeps losing; a new reply gets one look
+  at each mode at once, and a reply deeper than plain decoding was ever timed starts plain
+  until it has been (its cost there would otherwise be an extrapolation);
 - **mode** (``choose``, before drafting): plain decoding's rate is ``1 / forward(1)``; the
   running drafting mode's is the tokens its recent steps committed (at most
   ``TRUST_ABOVE_EXPECTED`` times what its plans expected: a lucky run is not a trend) over
@@ -52,6 +55,10 @@ class _Drafting:
     draft: float | None = None  # seconds per proposal
     rest: float = 0.0  # seconds per step beside draft and forward (acceptance, compaction)
     look: LengthPlan | None = None  # what its latest looks promised (smoothed)
+    # Drafted tokens committed per drafted token its plans expected, over its recent steps:
+    # the selector's estimates are calibrated per draft position, not per text or depth, so
+    # a look at new text is scaled by how honest they were the last time the mode ran.
+    honesty: float = 1.0
     last_look: int = -(10**9)  # policy step of its last look or step
     look_every: int = 4
 
@@ -114,7 +121,7 @@ class ExpectedRatePolicy:
         self, mode: Mode, scores: Sequence[float], draft_s: float, depth: int
     ) -> None:
         state = self._state(mode)
-        plan = self._best_length(scores, draft_s + state.rest, depth)
+        plan = self._best_length(scores, draft_s + state.rest, depth, state.honesty)
         old = state.look
         state.look = (
             plan
@@ -142,6 +149,10 @@ class ExpectedRatePolicy:
                 if mode is not Mode.AR:
                     state = self._state(mode)
                     state.last_look = min(state.last_look, self._steps - state.look_every)
+        if current in (None, Mode.AR) and not self.costs.knows_plain_at(depth):
+            # Deeper than plain decoding was ever timed: its cost here is a guess, so the
+            # reply starts plain and stays until a plain step is timed; switches follow.
+            return Choice(Mode.AR)
         rates = {m: r for m in self.modes if (r := self.rate(m, depth, m is current)) is not None}
         best = max(rates, key=lambda m: _per_s(rates[m]))
         if current is None:
@@ -190,11 +201,13 @@ class ExpectedRatePolicy:
         state.verified = _smooth(state.verified, plan.nodes + 1.0)
         return plan
 
-    def _best_length(self, scores: Sequence[float], fixed_s: float, depth: int) -> LengthPlan:
+    def _best_length(
+        self, scores: Sequence[float], fixed_s: float, depth: int, honesty: float = 1.0
+    ) -> LengthPlan:
         best = LengthPlan(0, 1.0, fixed_s + self.costs.verify_s(1, depth))
         expected = 1.0
         for n, score in enumerate(scores, start=1):
-            expected += score
+            expected += score * honesty
             seconds = fixed_s + self.costs.verify_s(n + 1, depth)
             if expected / seconds > _per_s(best):
                 best = LengthPlan(n, expected, seconds)
@@ -226,6 +239,9 @@ class ExpectedRatePolicy:
                 self.costs.observe_draft(mode.value, stats.draft_s)
                 rest = max(0.0, seconds - stats.verify_s - stats.draft_s)
                 state.rest = _smooth(state.rest if timed else None, rest)
+        if stats is not None and stats.predicted_tokens > 1.05:
+            ratio = (committed - 1) / (stats.predicted_tokens - 1)
+            state.honesty = _smooth(state.honesty, min(max(ratio, 0.0), 2.0))
         # A mode's first step starts from what its plan expected, not from one sample.
         prior = state.realised if state.realised is not None else state.expected
         state.realised = _smooth(prior, float(committed))

@@ -47,6 +47,15 @@ class StepCosts:
     verify: dict[tuple[int, int], float]  # (tokens, depth) -> seconds
     draft: dict[str, float] = field(default_factory=dict)  # mode -> seconds per proposal
     note: str = ""  # how this table came to be (calibrated now, from the cache, ...)
+    # Depths where a one-token forward was measured (calibrated, or a plain step ran there):
+    # elsewhere its cost is extrapolated, which ran ~60% high at 4k from a 0-1k calibration.
+    plain_depths: set[int] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.plain_depths |= {d for n, d in self.verify if n == 1}
+
+    def knows_plain_at(self, depth: int) -> bool:
+        return any(_near(d, depth) for d in self.plain_depths)
 
     def verify_s(self, tokens: int, depth: int) -> float:
         """The forward over ``tokens`` tokens at ``depth``, interpolated between cells."""
@@ -83,12 +92,14 @@ class StepCosts:
         if seconds <= 0:
             return
         depths = {d for _, d in self.verify}
-        if min(abs(d - depth) for d in depths) > max(NEW_DEPTH_MIN, NEW_DEPTH_SHARE * depth):
+        if not any(_near(d, depth) for d in depths):
             column = round(depth / NEW_DEPTH_MIN) * NEW_DEPTH_MIN
             sizes = {n for n, _ in self.verify}
             self.verify.update({(n, column): self.verify_s(n, column) for n in sizes})
         predicted = self.verify_s(tokens, depth)
         cell = min(self.verify, key=lambda c: (abs(c[1] - depth), abs(c[0] - tokens)))
+        if tokens == 1:
+            self.plain_depths.add(cell[1])
         ratio = min(max(seconds / predicted if predicted > 0 else 1.0, 0.5), 2.0)
         # The nearest cell fully, the rest of its depth's column half as much: a busy machine
         # or a misjudged depth slows every size, and a size that never runs here (plain
@@ -205,6 +216,10 @@ def save(path: Path, costs: StepCosts) -> None:
         os.replace(tmp, path)
     except OSError:
         pass  # a read-only cache: calibrate again next time
+
+
+def _near(a: int, b: int) -> bool:
+    return abs(a - b) <= max(NEW_DEPTH_MIN, NEW_DEPTH_SHARE * max(a, b))
 
 
 def _lerp(x: float, x0: float, x1: float, y0: float, y1: float) -> float:

@@ -164,6 +164,7 @@ def _measure(session, base: GenerationConfig, cells, baselines, prompt, spec) ->
                 "modes": median.get("modes", {}),
                 "identical_to_ar": all(r["output"] == reference for r in cell_runs),
                 **{k: median[k] for k in ("step_ms", "draft_ms", "verify_ms") if k in median},
+                **({"steps": [r["steps"] for r in cell_runs]} if median.get("steps") else {}),
             }
         )
     ar = rows[0]["decode_tps"] or 1.0

@@ -112,7 +112,7 @@ def test_mode_and_length_changes_within_one_reply_are_lossless(arch, tiny_target
     target = tiny_target(arch)
     ids = target.tokenizer.encode("Hello world, the quick brown fox")
     session = Session(target, DFlashDrafter(random_dflash(target), target))
-    config = GenerationConfig(max_tokens=48, mode="auto", ignore_eos=True, width=2)
+    config = GenerationConfig(max_tokens=64, mode="auto", ignore_eos=True, width=2)
     policy = session.policy(config)
     assert isinstance(policy, ExpectedRatePolicy)
     # Verification nearly free, then dear, in turns: the policy keeps changing its mind.
@@ -121,12 +121,23 @@ def test_mode_and_length_changes_within_one_reply_are_lossless(arch, tiny_target
 
     def flip() -> StepCosts:
         calls["n"] += 1
-        return cheap if (calls["n"] // 7) % 2 else dear
+        return cheap if (calls["n"] // 5) % 2 else dear
 
     monkeypatch.setattr(type(policy), "costs", property(lambda self: flip()))
     events = list(session.generate(ids, config))
     steps = [e.step for e in events if isinstance(e, Tokens)]
     assert len({s.mode for s in steps}) == 2 and any(isinstance(e, ModeSwitch) for e in events)
     assert len({s.drafted for s in steps if s.mode is Mode.DFLASH2}) > 1  # lengths varied
-    plain = list(Session(target).generate(ids, GenerationConfig(max_tokens=48, ignore_eos=True)))
+    plain = list(Session(target).generate(ids, GenerationConfig(max_tokens=64, ignore_eos=True)))
     assert events[-1].tokens == plain[-1].tokens
+
+
+def test_a_reply_deeper_than_plain_was_ever_timed_starts_plain_and_measures_it():
+    policy = _policy(_costs(per_token_ms=1.0))
+    policy.observe_preview(Mode.DFLASH2, [0.95] * 6, 0.005, 4000)  # a great look at 4k
+    assert policy.choose(100, None).mode is Mode.DFLASH2  # where plain is calibrated
+    assert policy.choose(4000, None).mode is Mode.AR  # where its cost is extrapolated
+    policy.observe(Mode.AR, 4000, 1, 0.040)
+    policy.observe(Mode.AR, 4001, 1, 0.040)  # timed: the second plain step in a row
+    assert policy.costs.knows_plain_at(4002)
+    assert policy.choose(4002, None).mode is Mode.DFLASH2
