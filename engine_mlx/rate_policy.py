@@ -15,7 +15,9 @@ and a step's own draft time is known once it has drafted. So:
   says what that draft would have been worth here (its expected drafted tokens scaled by how
   the mode's plans compared with what it committed when it last ran). A look costs one
   draft — no switch, no verification — and comes less often (doubling up to
-  ``max_look_every``, across replies) while the mode keeps losing; a new reply gets one look
+  ``max_look_every``, across replies) while the mode keeps losing, and never so often that
+  looks at a mode take more than ``LOOK_BUDGET`` of the time (a look at 4k tokens of context
+  costs more than one at 100); a new reply gets one look
   at each mode at once, and a reply deeper than plain decoding was ever timed starts plain
   until it has been (its cost there would otherwise be an extrapolation);
 - **mode** (``choose``, before drafting): plain decoding's rate is ``1 / forward(1)``; the
@@ -43,6 +45,7 @@ from engine_mlx.step_costs import StepCosts
 
 SMOOTHING = 0.3
 TRUST_ABOVE_EXPECTED = 2.0  # realised tokens count up to this multiple of the plans' expectation
+LOOK_BUDGET = 0.02  # looks at one mode take at most this share of plain decoding's time
 
 
 @dataclass
@@ -55,6 +58,7 @@ class _Drafting:
     draft: float | None = None  # seconds per proposal
     rest: float = 0.0  # seconds per step beside draft and forward (acceptance, compaction)
     look: LengthPlan | None = None  # what its latest looks promised (smoothed)
+    look_s: float = 0.0  # seconds one look takes (a draft: grows with the context)
     # Drafted tokens committed per drafted token its plans expected, over its recent steps:
     # the selector's estimates are calibrated per draft position, not per text or depth, so
     # a look at new text is scaled by how honest they were the last time the mode ran.
@@ -109,11 +113,16 @@ class ExpectedRatePolicy:
         """A drafting mode, not the running one, whose look is due."""
         if self.forced:
             return None
+        plain_s = self.costs.verify_s(1, depth)
+
+        def interval(state: _Drafting) -> float:
+            return max(state.look_every, state.look_s / (LOOK_BUDGET * plain_s))
+
         due = [
             m
             for m in self.modes
             if m not in (Mode.AR, current)
-            and self._steps - self._state(m).last_look >= self._state(m).look_every
+            and self._steps - self._state(m).last_look >= interval(self._state(m))
         ]
         return min(due, key=lambda m: self._state(m).last_look) if due else None
 
@@ -121,6 +130,7 @@ class ExpectedRatePolicy:
         self, mode: Mode, scores: Sequence[float], draft_s: float, depth: int
     ) -> None:
         state = self._state(mode)
+        state.look_s = draft_s if not state.look_s else _smooth(state.look_s, draft_s)
         plan = self._best_length(scores, draft_s + state.rest, depth, state.honesty)
         old = state.look
         state.look = (

@@ -10,7 +10,7 @@ from engine_mlx.config import GenerationConfig
 from engine_mlx.decoding.dflash_drafter import DFlashDrafter
 from engine_mlx.events import ModeSwitch, Tokens
 from engine_mlx.modes import Mode
-from engine_mlx.rate_policy import ExpectedRatePolicy
+from engine_mlx.rate_policy import LOOK_BUDGET, ExpectedRatePolicy
 from engine_mlx.session import Session
 from engine_mlx.stats import StepStats
 from engine_mlx.step_costs import StepCosts
@@ -74,18 +74,28 @@ def test_plain_wins_when_looks_promise_nothing_and_a_confident_mode_wins_otherwi
     )
 
 
-def test_a_losing_mode_is_looked_at_less_and_less_often():
-    policy = _policy(_costs())
+def _look_gaps(policy: ExpectedRatePolicy, look_s: float) -> list[int]:
     gaps, last = [], None
-    for step in range(200):
+    for step in range(300):
         due = policy.preview_due(0, Mode.AR)
         if due is not None:
-            policy.observe_preview(due, [0.05], 0.02, 0)
+            policy.observe_preview(due, [0.05], look_s, 0)
             if last is not None:
                 gaps.append(step - last)
             last = step
         policy.observe(Mode.AR, 0, 1, 0.03)
+    return gaps
+
+
+def test_a_losing_mode_is_looked_at_less_and_less_often():
+    policy = _policy(_costs())
+    gaps = _look_gaps(policy, look_s=0.0001)  # looks that cost next to nothing
     assert gaps == sorted(gaps) and gaps[-1] == policy.max_look_every and gaps[0] < gaps[-1]
+
+
+def test_looks_stay_within_their_share_of_the_time():
+    gaps = _look_gaps(_policy(_costs()), look_s=0.030)  # a look costs a plain step
+    assert min(gaps) >= 1 / LOOK_BUDGET  # one plain step's worth per 50 steps
 
 
 def test_the_running_mode_is_judged_by_what_it_commits():
@@ -115,15 +125,24 @@ def test_mode_and_length_changes_within_one_reply_are_lossless(arch, tiny_target
     config = GenerationConfig(max_tokens=64, mode="auto", ignore_eos=True, width=2)
     policy = session.policy(config)
     assert isinstance(policy, ExpectedRatePolicy)
-    # Verification nearly free, then dear, in turns: the policy keeps changing its mind.
+    # Every other plan finds verification nearly free, then dear (all nodes, then none), and
+    # the mode alternates every few steps: changes of both within one reply.
     cheap, dear = _costs(per_token_ms=0.01, base_ms=50), _costs(per_token_ms=30, base_ms=1)
-    calls = {"n": 0}
+    calls = {"plan": 0, "choose": 0}
+    plan, choose = ExpectedRatePolicy.plan_length, ExpectedRatePolicy.choose
 
-    def flip() -> StepCosts:
-        calls["n"] += 1
-        return cheap if (calls["n"] // 5) % 2 else dear
+    def alternate_plan(self, *args):
+        calls["plan"] += 1
+        self._costs = cheap if calls["plan"] % 2 else dear
+        return plan(self, *args)
 
-    monkeypatch.setattr(type(policy), "costs", property(lambda self: flip()))
+    def alternate_choose(self, depth, current):
+        calls["choose"] += 1
+        self.forced = (Mode.DFLASH2 if (calls["choose"] // 5) % 2 else Mode.AR) if current else None
+        return choose(self, depth, current)
+
+    monkeypatch.setattr(ExpectedRatePolicy, "plan_length", alternate_plan)
+    monkeypatch.setattr(ExpectedRatePolicy, "choose", alternate_choose)
     events = list(session.generate(ids, config))
     steps = [e.step for e in events if isinstance(e, Tokens)]
     assert len({s.mode for s in steps}) == 2 and any(isinstance(e, ModeSwitch) for e in events)
