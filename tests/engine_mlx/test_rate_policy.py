@@ -14,6 +14,7 @@ from engine_mlx.rate_policy import LOOK_BUDGET, ExpectedRatePolicy
 from engine_mlx.session import Session
 from engine_mlx.stats import StepStats
 from engine_mlx.step_costs import StepCosts
+from tests.support.auto_driver import drive_auto
 from tests.support.drafters import random_dflash
 
 
@@ -128,21 +129,11 @@ def test_mode_and_length_changes_within_one_reply_are_lossless(arch, tiny_target
     # Every other plan finds verification nearly free, then dear (all nodes, then none), and
     # the mode alternates every few steps: changes of both within one reply.
     cheap, dear = _costs(per_token_ms=0.01, base_ms=50), _costs(per_token_ms=30, base_ms=1)
-    calls = {"plan": 0, "choose": 0}
-    plan, choose = ExpectedRatePolicy.plan_length, ExpectedRatePolicy.choose
-
-    def alternate_plan(self, *args):
-        calls["plan"] += 1
-        self._costs = cheap if calls["plan"] % 2 else dear
-        return plan(self, *args)
-
-    def alternate_choose(self, depth, current):
-        calls["choose"] += 1
-        self.forced = (Mode.DFLASH2 if (calls["choose"] // 5) % 2 else Mode.AR) if current else None
-        return choose(self, depth, current)
-
-    monkeypatch.setattr(ExpectedRatePolicy, "plan_length", alternate_plan)
-    monkeypatch.setattr(ExpectedRatePolicy, "choose", alternate_choose)
+    drive_auto(
+        monkeypatch,
+        lambda k: cheap if k % 2 else dear,
+        lambda k, current: (Mode.DFLASH2 if (k // 5) % 2 else Mode.AR) if current else None,
+    )
     events = list(session.generate(ids, config))
     steps = [e.step for e in events if isinstance(e, Tokens)]
     assert len({s.mode for s in steps}) == 2 and any(isinstance(e, ModeSwitch) for e in events)

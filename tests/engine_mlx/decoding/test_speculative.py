@@ -18,6 +18,7 @@ from engine_mlx.models.target import TargetModel
 from engine_mlx.modes import Mode
 from engine_mlx.session import Session
 from engine_mlx.step_costs import StepCosts
+from tests.support.auto_driver import drive_auto
 from tests.support.drafters import OracleDrafter, random_dflash
 from tests.support.tiny_models import build_tiny_model
 
@@ -157,25 +158,13 @@ def test_sampled_distribution_matches_plain_sampling(mode, width, tiny_vocab_tar
     ]
     spec, accepted = [], 0
     if mode == "auto":  # drive auto through mode and draft-length changes
-        from engine_mlx.rate_policy import ExpectedRatePolicy
-
-        calls = {"plan": 0, "choose": 0}
         cheap = StepCosts({(n, 0): 0.05 + 0.0001 * n for n in (1, 2, 4)})
         dear = StepCosts({(n, 0): 0.001 + 0.05 * n for n in (1, 2, 4)})
-        plan, choose = ExpectedRatePolicy.plan_length, ExpectedRatePolicy.choose
-
-        def alternate_plan(self, *args):
-            calls["plan"] += 1
-            self._costs = cheap if calls["plan"] % 4 else dear
-            return plan(self, *args)
-
-        def alternate_choose(self, depth, current):
-            calls["choose"] += 1
-            self.forced = Mode.AR if calls["choose"] % 4 == 0 else Mode.DFLASH2
-            return choose(self, depth, current)
-
-        monkeypatch.setattr(ExpectedRatePolicy, "plan_length", alternate_plan)
-        monkeypatch.setattr(ExpectedRatePolicy, "choose", alternate_choose)
+        drive_auto(
+            monkeypatch,
+            lambda k: cheap if k % 4 else dear,
+            lambda k, current: Mode.AR if k % 4 == 0 else Mode.DFLASH2,
+        )
     for s in range(runs):
         config = GenerationConfig(
             max_tokens=3,
