@@ -27,6 +27,7 @@ from engine_mlx.errors import EngineError
 from engine_mlx.events import Error, Finished, ModeSwitch, Started, Tokens
 from engine_mlx.modes import Mode, available_modes
 from engine_mlx.session import Session
+from engine_mlx.step_costs import cache_file as step_cost_cache
 
 UPDATE_INTERVAL_S = 1 / 30
 
@@ -42,6 +43,7 @@ class EngineWorker(QObject):
     mode_switched = Signal(object)  # events.ModeSwitch
     finished = Signal(object)  # events.Finished
     error = Signal(str)
+    notice = Signal(str)  # a passing note for the status bar ("" when it is over)
 
     def __init__(self) -> None:
         super().__init__()
@@ -93,7 +95,13 @@ class EngineWorker(QObject):
         )
         if warning:
             self.error.emit(warning)
-        self._session.step_costs()  # auto mode's step costs: cached, else measured now (seconds)
+        if not step_cost_cache(target).exists():  # auto mode's step costs: measured once
+            self.notice.emit(
+                f"Measuring how fast {target.spec.name} decodes on this machine (once, a few "
+                "seconds)…"
+            )
+        self._session.step_costs()
+        self.notice.emit("")
 
     @Slot(list, dict)
     def generate(self, messages: list[dict[str, str]], settings: dict[str, Any]) -> None:

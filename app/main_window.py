@@ -80,6 +80,7 @@ class MainWindow(QMainWindow):
         self.max_context = 0
         self.generating = False
         self.available_modes: list[str] = []
+        self._backend_summary = ""  # the status bar's resting message once a model is loaded
         self._build_ui()
         if self.store.is_temporary:
             self._show_storage_problem(self._store_problem)
@@ -273,6 +274,7 @@ class MainWindow(QMainWindow):
         self.worker.mode_switched.connect(self._on_mode_switched)
         self.worker.finished.connect(self._on_finished)
         self.worker.error.connect(self._on_error)
+        self.worker.notice.connect(self._on_notice)
         self._thread.start()
 
     def _start_library(self) -> None:
@@ -489,6 +491,7 @@ class MainWindow(QMainWindow):
         self.panel.set_available_modes([m for m in info.modes if m != Mode.AUTO])
         self.panel.set_max_context(self.max_context)
         self.panel.set_forced_mode(self.settings.forced_mode)
+        self._backend_summary = info.backend
         self.statusBar().showMessage(info.backend)
         self.statusBar().setToolTip(info.backend_detail)
         self.send_button.setEnabled(True)
@@ -531,6 +534,10 @@ class MainWindow(QMainWindow):
         self.stop_button.setEnabled(False)
 
     @Slot(str)
+    def _on_notice(self, text: str) -> None:
+        """A passing note in the status bar; "" puts the backend summary back."""
+        self.statusBar().showMessage(text or self._backend_summary)
+
     def _on_error(self, message: str) -> None:
         self.error_label.setText(message)
         self.error_label.show()

@@ -151,7 +151,32 @@ def test_status_bar_names_the_blas_and_its_reason(qtbot, make_window):
     from engine_mlx.blas import status
 
     win = make_window()
+    # (a model not timed on this machine yet says so first; then the backend is shown)
+    qtbot.waitUntil(lambda: win.statusBar().currentMessage().startswith("MLX "), timeout=30000)
     message = win.statusBar().currentMessage()
     assert message.startswith("MLX ") and "CPU" in message
     assert status().summary() in message
     assert status().reason in win.statusBar().toolTip()
+
+
+def test_measuring_step_costs_is_said_in_the_status_bar(
+    qtbot, tiny_model_dir, tmp_path, monkeypatch
+):
+    """A model this machine has not timed yet: the window says so while auto mode's step
+    costs are measured, then shows the backend again."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # nothing timed here yet
+    notices: list[str] = []
+    shown = MainWindow._on_notice
+
+    def record(self, text: str) -> None:
+        notices.append(text)
+        shown(self, text)
+
+    monkeypatch.setattr(MainWindow, "_on_notice", record)  # before the worker starts
+    win = MainWindow(str(tiny_model_dir("llama")), "", db_path=tmp_path / "chats.sqlite3")
+    qtbot.addWidget(win)
+    win.show()
+    qtbot.waitUntil(lambda: len(notices) == 2, timeout=30000)
+    assert notices[0].startswith("Measuring how fast") and notices[1] == ""
+    assert win.statusBar().currentMessage().startswith("MLX ")
+    win.close()
