@@ -246,7 +246,6 @@ class ExpectedRatePolicy:
             self.costs.observe_verify(stats.drafted + 1, depth, stats.verify_s)
             if timed or state.draft is None:
                 state.draft = _smooth(state.draft if timed else None, stats.draft_s)
-                self.costs.observe_draft(mode.value, stats.draft_s)
                 rest = max(0.0, seconds - stats.verify_s - stats.draft_s)
                 state.rest = _smooth(state.rest if timed else None, rest)
         if stats is not None and stats.predicted_tokens > 1.05:

@@ -1,5 +1,5 @@
-"""What a decoding step costs on this machine: the target's forward over n tokens at a depth,
-and each drafter's proposal.
+"""What a decoding step costs on this machine: the target's forward over n tokens at a depth.
+(A drafter's proposal is timed by every step that drafts; the auto policy keeps that itself.)
 
 Cost is a property of the machine, the model and the step's shape, not of the text, so it is
 measured once per machine and model — a short calibration at the first auto generation
@@ -42,10 +42,9 @@ NEW_DEPTH_SHARE = 0.25
 
 @dataclass
 class StepCosts:
-    """Seconds per verify forward by (tokens, depth), and per proposal by drafting mode."""
+    """Seconds per verify forward by (tokens, depth)."""
 
     verify: dict[tuple[int, int], float]  # (tokens, depth) -> seconds
-    draft: dict[str, float] = field(default_factory=dict)  # mode -> seconds per proposal
     note: str = ""  # how this table came to be (calibrated now, from the cache, ...)
     # Depths where a one-token forward was measured (calibrated, or a plain step ran there):
     # elsewhere its cost is extrapolated, which ran ~60% high at 4k from a 0-1k calibration.
@@ -81,9 +80,6 @@ class StepCosts:
         a, b = self.verify[(n0, depth)], self.verify[(n1, depth)]
         return b + max(0.0, b - a) * (tokens - n1) / (n1 - n0)
 
-    def draft_s(self, mode: str) -> float | None:
-        return self.draft.get(mode)
-
     def observe_verify(self, tokens: int, depth: int, seconds: float) -> None:
         """A real forward: moves the nearest measured cell toward what its shape implies. A
         depth far from every measured one (the calibration stops at 1k; replies go deeper)
@@ -105,16 +101,11 @@ class StepCosts:
         # into the others (measured: plain's cost at 4k drifted ~50% high while MTP ran).
         self.verify[cell] *= 1.0 + SMOOTHING * (ratio - 1.0)
 
-    def observe_draft(self, mode: str, seconds: float) -> None:
-        old = self.draft.get(mode)
-        self.draft[mode] = seconds if old is None else old + SMOOTHING * (seconds - old)
-
     def to_json(self) -> dict:
         return {
             "format": FORMAT,
             "written": time.time(),
             "verify": [[n, d, s] for (n, d), s in sorted(self.verify.items())],
-            "draft": self.draft,
         }
 
 
@@ -130,16 +121,15 @@ def from_json(data: dict, now: float | None = None) -> StepCosts:
         raise StaleCosts(f"{age_days:.0f} days old (at most {MAX_AGE_DAYS})")
     try:
         verify = {(int(n), int(d)): float(s) for n, d, s in data["verify"]}
-        draft = {str(m): float(s) for m, s in dict(data.get("draft", {})).items()}
     except (KeyError, TypeError, ValueError) as exc:
         raise StaleCosts(f"damaged ({exc})") from exc
-    if not verify or any(s <= 0 or s != s for s in (*verify.values(), *draft.values())):
+    if not verify or any(s <= 0 or s != s for s in verify.values()):
         raise StaleCosts("damaged (no or non-positive timings)")
     if len({d for _, d in verify}) > 1 and any(
         (n, d) not in verify for n in {n for n, _ in verify} for d in {d for _, d in verify}
     ):
         raise StaleCosts("damaged (an incomplete table)")
-    return StepCosts(verify, draft)
+    return StepCosts(verify)
 
 
 def cache_file(target: TargetModel) -> Path:
