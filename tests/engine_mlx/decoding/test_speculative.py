@@ -158,7 +158,7 @@ def test_sampled_distribution_matches_plain_sampling(mode, width, tiny_vocab_tar
     ]
     spec, accepted = [], 0
     if mode == "auto":  # drive auto through mode and draft-length changes
-        cheap = StepCosts({(n, 0): 0.05 + 0.0001 * n for n in (1, 2, 4)})
+        cheap = StepCosts({(n, 0): 0.05 for n in (1, 2, 4)})  # every node is worth it
         dear = StepCosts({(n, 0): 0.001 + 0.05 * n for n in (1, 2, 4)})
         drive_auto(
             monkeypatch,
@@ -180,4 +180,4 @@ def test_sampled_distribution_matches_plain_sampling(mode, width, tiny_vocab_tar
         p = _chi_square_p(Counter(t[pos] for t in plain), Counter(t[pos] for t in spec))
         assert p > 1e-3, (pos, p)
     # drafts were really accepted, not just rejected (auto also spends steps in plain decoding)
-    assert accepted > (runs // 4 if mode == "dflash2" else runs // 20)
+    assert accepted > (runs // 4 if mode == "dflash2" else runs // 30)
