@@ -125,7 +125,12 @@ def build_parser() -> argparse.ArgumentParser:
     lst = sub.add_parser("list", help="list the library: models, drafters, MTP heads, pairings")
     lst.add_argument("--json", action="store_true", help="one JSON object")
 
-    sub.add_parser("demo", help="import the demo model if needed and print its folder")
+    demo = sub.add_parser("demo", help="import the demo model if needed and print its folder")
+    demo.add_argument(
+        "--all",
+        action="store_true",
+        help="fetch and import every bundled model (set-up does this), one folder per line",
+    )
     sub.add_parser("info", help="print the backend in use")
     return parser
 
@@ -177,10 +182,7 @@ def main(argv: list[str] | None = None) -> int:
 
             return list_command(args)
         if args.command == "demo":
-            from engine_mlx.demo import ensure_demo_model
-
-            print(ensure_demo_model())
-            return 0
+            return _demo_command(args)
         print(backend_info().describe())
         return 0
     except EngineError as exc:
@@ -189,6 +191,18 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\nCancelled.", file=sys.stderr)
         return 130
+
+
+def _demo_command(args: argparse.Namespace) -> int:
+    from engine_mlx.demo import BUNDLED, DEMO, ensure_model, fetch_gguf
+
+    if not args.all:
+        print(ensure_model(DEMO))
+        return 0
+    for model in BUNDLED.values():
+        fetch_gguf(model, progress=lambda line: print(line, file=sys.stderr, flush=True))
+        print(ensure_model(model), flush=True)
+    return 0
 
 
 def read_prompt(args: argparse.Namespace) -> str | list[dict[str, str]]:

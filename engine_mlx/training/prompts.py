@@ -1,9 +1,10 @@
-"""Training and evaluation prompts by category (math / code / prose), as token ids.
+"""Training and evaluation prompts by category (math / chat / code / prose), as token ids.
 
 Prompts go to the target in batches without padding (padding would shift positions and need
 masks in every layer), so a batch's prompts must have exactly the same token length: prose and
 code prompts are cut to an exact length by choosing how many excerpt tokens sit between the
-chat template's fixed prefix and suffix; math prompts are short and are grouped by length.
+chat template's fixed prefix and suffix; math and chat prompts are short, generated, and are
+grouped by length.
 Each text file is split 90/10 by position: training draws from the first part, evaluation
 from the rest, so the benchmark's prompts are never trained on.
 """
@@ -18,9 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine_mlx.training.chat_questions import chat_question
 from engine_mlx.training.math_problems import math_problem
 
-CATEGORIES = ("math", "code", "prose")
+CATEGORIES = ("math", "chat", "code", "prose")
+GENERATED = ("math", "chat")  # written from templates; the others are corpus excerpts
 TRAIN_FRACTION = 0.9
 _MARK = "\u2063EXCERPT\u2063"
 
@@ -120,6 +123,13 @@ class PromptBuilder:
         ids = self._encode(self._template(math_problem(rng)))
         return Prompt("math", tuple(ids))
 
+    def chat_prompt(self, rng: random.Random) -> Prompt:
+        ids = self._encode(self._template(chat_question(rng)))
+        return Prompt("chat", tuple(ids))
+
+    def generated_prompt(self, category: str, rng: random.Random) -> Prompt:
+        return self.math_prompt(rng) if category == "math" else self.chat_prompt(rng)
+
 
 def prompt_batches(
     builder: PromptBuilder,
@@ -130,20 +140,22 @@ def prompt_batches(
     seed: int,
 ) -> Iterator[list[Prompt]]:
     """Endless batches of equal-length prompts, one category per batch (drawn by ``mix``);
-    excerpt categories cycle through ``lengths``, math batches share a natural length."""
+    excerpt categories cycle through ``lengths``, generated ones batch prompts that happen to
+    share a length."""
     rng = random.Random(seed)
-    categories = [c for c in mix if c == "math" or c in builder.pools]
+    categories = [c for c in mix if c in GENERATED or c in builder.pools]
     weights = [mix[c] for c in categories]
-    math_pool: dict[int, list[Prompt]] = defaultdict(list)
+    pools: dict[str, dict[int, list[Prompt]]] = {c: defaultdict(list) for c in GENERATED}
     turn = 0
     while True:
         category = rng.choices(categories, weights)[0]
-        if category == "math":
-            while not any(len(v) >= batch for v in math_pool.values()):
-                p = builder.math_prompt(rng)
-                math_pool[len(p.ids)].append(p)
-            size = next(k for k, v in math_pool.items() if len(v) >= batch)
-            yield [math_pool[size].pop() for _ in range(batch)]
+        if category in GENERATED:
+            pool = pools[category]
+            while not any(len(v) >= batch for v in pool.values()):
+                p = builder.generated_prompt(category, rng)
+                pool[len(p.ids)].append(p)
+            size = next(k for k, v in pool.items() if len(v) >= batch)
+            yield [pool[size].pop() for _ in range(batch)]
             continue
         length = lengths[turn % len(lengths)]
         turn += 1

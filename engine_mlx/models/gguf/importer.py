@@ -25,7 +25,13 @@ from typing import Any
 import mlx.core as mx
 
 from engine_mlx.errors import GGUFImportError
-from engine_mlx.models.gguf.llama import LlamaSpec, hf_config, llama_spec, tensor_plan, unpermute_qk
+from engine_mlx.models.gguf.architecture import (
+    DecoderSpec,
+    decoder_spec,
+    hf_config,
+    tensor_plan,
+    unpermute_qk,
+)
 from engine_mlx.models.gguf.reader import GGUFFile, load_mx_native, read_gguf, take_dequantized
 from engine_mlx.models.gguf.tokenizer import tokenizer_files
 
@@ -69,7 +75,7 @@ def import_gguf(
         return out
 
     gguf = read_gguf(src)
-    spec = llama_spec(gguf)
+    spec = decoder_spec(gguf)
     tok_files = tokenizer_files(  # built before the heavy work: fail fast
         gguf, vocab_size=spec.vocab_size, context_length=spec.context_length
     )
@@ -170,7 +176,7 @@ def _stat_source(src: Path) -> os.stat_result:
 
 def _write_weights(
     g: GGUFFile,
-    spec: LlamaSpec,
+    spec: DecoderSpec,
     folder: Path,
     dtype: mx.Dtype,
     progress: Callable[[int, int], None] | None,

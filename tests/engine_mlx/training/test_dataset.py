@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 import shutil
 
@@ -9,6 +10,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
+from engine_mlx.training import dataset
 from engine_mlx.training.dataset import Shard, build_dataset, shard_paths
 from engine_mlx.training.prompts import PromptBuilder, prompt_batches
 from tests.engine_mlx.training.conftest import DATASET, text_sources
@@ -93,7 +95,7 @@ def test_generation_resumes_and_refuses_other_settings(tiny_dataset, tiny_target
     copy = shutil.copytree(tiny_dataset, tmp_path / "data")
     last = shard_paths(copy)[-1]
     kept = {p: p.stat().st_mtime_ns for p in shard_paths(copy)[:-1]}
-    last.unlink()
+    shutil.rmtree(last)
     builder = PromptBuilder(target.tokenizer, text_sources(tmp_path / "text"), "train")
     build_dataset(target, builder, copy, DATASET, log=lambda _: None)
     assert {p: p.stat().st_mtime_ns for p in shard_paths(copy)[:-1]} == kept
@@ -103,3 +105,64 @@ def test_generation_resumes_and_refuses_other_settings(tiny_dataset, tiny_target
     other = DATASET.__class__(**{**DATASET.__dict__, "new_tokens": 7})
     with pytest.raises(ValueError, match="other settings"):
         build_dataset(target, builder, copy, other, log=lambda _: None)
+
+
+def test_chunked_prefill_records_what_one_forward_does(tiny_target, tmp_path, monkeypatch):
+    target = tiny_target("llama")
+    builder = PromptBuilder(target.tokenizer, text_sources(tmp_path / "text"), "train")
+    prompts = next(prompt_batches(builder, batch=2, lengths=(100,), mix={"prose": 1}, seed=5))
+    args = ([p.ids for p in prompts], [p.category for p in prompts], DATASET, 0.0, mx.random.key(0))
+    whole = dataset.generate_shard(target, *args)
+    monkeypatch.setattr(dataset, "PREFILL_TOKENS", 2 * 16)  # chunks of 16 prompt tokens
+    chunked = dataset.generate_shard(target, *args)
+    np.testing.assert_array_equal(chunked.tokens, whole.tokens)
+    np.testing.assert_allclose(
+        chunked.features.astype(np.float32), whole.features.astype(np.float32), atol=2e-3
+    )
+    np.testing.assert_array_equal(chunked.top_ids[:, 99:, 0], whole.top_ids[:, 99:, 0])
+
+
+def test_rows_that_end_leave_the_batch_without_changing_the_others(tiny_target, tmp_path):
+    """Each row of a batch whose rows end at different steps is what it is generated alone."""
+    target = tiny_target("llama")
+    builder = PromptBuilder(target.tokenizer, text_sources(tmp_path / "text"), "train")
+    prompts = next(prompt_batches(builder, batch=4, lengths=(100,), mix={"prose": 1}, seed=2))
+    ids, cats = [p.ids for p in prompts], [p.category for p in prompts]
+    free = dataset.generate_shard(target, ids, cats, DATASET, 0.0, mx.random.key(0))
+    # Pretend a token the rows generate at different steps ends a reply.
+    firsts = {}
+    for row in range(4):
+        for step, token in enumerate(free.tokens[row, 100:]):
+            firsts.setdefault(int(token), {}).setdefault(row, step)
+    stop = max(firsts, key=lambda t: (len(set(firsts[t].values())), len(firsts[t])))
+    with _eos(target, stop):
+        batch = dataset.generate_shard(target, ids, cats, DATASET, 0.0, mx.random.key(0))
+        alone = [
+            dataset.generate_shard(target, ids[r : r + 1], cats[:1], DATASET, 0.0, mx.random.key(0))
+            for r in range(4)
+        ]
+    assert len(set(batch.lengths.tolist())) > 1  # rows did end at different steps
+    for row in range(4):
+        n = int(batch.lengths[row])
+        assert n == int(alone[row].lengths[0])
+        np.testing.assert_array_equal(batch.tokens[row], alone[row].tokens[0])
+        np.testing.assert_allclose(
+            batch.features[row, :n].astype(np.float32),
+            alone[row].features[0, :n].astype(np.float32),
+            atol=2e-3,
+        )
+        np.testing.assert_array_equal(
+            batch.top_ids[row, 99 : n - 1], alone[row].top_ids[0, 99 : n - 1]
+        )
+        assert not batch.features[row, n:].any()
+
+
+@contextlib.contextmanager
+def _eos(target, token: int):
+    tokenizer = target.tokenizer
+    before = tokenizer.eos_token_ids
+    tokenizer.eos_token_ids = {token}
+    try:
+        yield
+    finally:
+        tokenizer.eos_token_ids = before

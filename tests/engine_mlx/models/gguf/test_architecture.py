@@ -1,4 +1,4 @@
-"""The llama mapping: Q/K un-permutation and Llama 3 RoPE scaling."""
+"""The architecture mapping: Q/K un-permutation and Llama 3 RoPE scaling."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from engine_mlx.models.gguf import llama
+from engine_mlx.models.gguf import architecture
 from tests.engine_mlx.models.gguf.synthetic import (
     HEADS,
     llama3_rope_factors,
@@ -22,7 +22,7 @@ def test_unpermute_inverts_llama_cpp_permutation_exactly(rows: int, heads: int) 
     hf = np.random.default_rng(rows).standard_normal((rows, 5)).astype(np.float32)
     gguf_rows = hf[llama_cpp_row_order(rows, heads)]
     assert not np.array_equal(gguf_rows, hf) or rows // heads == 2
-    back = np.array(llama.unpermute_qk(mx.array(gguf_rows), heads))
+    back = np.array(architecture.unpermute_qk(mx.array(gguf_rows), heads))
     assert np.array_equal(back, hf)  # bit-exact: a pure row shuffle
 
 
@@ -39,6 +39,6 @@ def test_llama3_rope_table_is_recognised() -> None:
     spec = SimpleNamespace(head_dim=64, rope_theta=500000.0)
     params = {"factor": 32.0, "low": 1.0, "high": 4.0, "original": 8192}
     table = llama3_rope_factors(64, 500000.0, params)
-    got = llama._llama3_scaling(table, spec, 8192)  # type: ignore[arg-type]
+    got = architecture._llama3_scaling(table, spec, 8192)  # type: ignore[arg-type]
     assert got is not None and got["factor"] == 32.0 and got["high_freq_factor"] == 4.0
-    assert llama._llama3_scaling(table * 1.5, spec, 8192) is None  # type: ignore[arg-type]
+    assert architecture._llama3_scaling(table * 1.5, spec, 8192) is None  # type: ignore[arg-type]

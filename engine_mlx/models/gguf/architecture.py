@@ -1,8 +1,11 @@
-"""The llama architecture: GGUF metadata and tensor names -> HF ``config.json`` and weights.
+"""The decoder architectures: GGUF metadata and tensor names -> HF ``config.json`` and weights.
 
-Everything that depends on the model being a llama lives here: which hyper-parameters to read,
-how RoPE scaling is written in each format, which llama.cpp tensor becomes which HF tensor, and
-the Q/K row permutation llama.cpp applies for its RoPE, which the import must undo.
+llama, qwen2 and qwen3 GGUFs share llama.cpp's naming and differ in a few places, all of them
+here: qwen2 adds q/k/v biases, qwen3 adds per-head Q/K RMSNorms (and a head size of its own),
+and only llama's Q/K rows are permuted for llama.cpp's RoPE (the Qwens use the "NeoX" rotation,
+which is HF's own layout), so only llama's are un-permuted. Which hyper-parameters to read, how
+RoPE scaling is written in each format and which llama.cpp tensor becomes which HF tensor are
+the rest.
 """
 
 from __future__ import annotations
@@ -25,13 +28,14 @@ from engine_mlx.models.gguf.reader import (
     require_tensor,
 )
 
-SUPPORTED_ARCHITECTURES = ("llama",)
+SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3")
 
 _IGNORED_TENSORS = frozenset({"rope_freqs.weight"})  # folded into config.json's rope_scaling
 
 
 @dataclass(frozen=True)
-class LlamaSpec:
+class DecoderSpec:
+    arch: str
     n_layers: int
     hidden: int
     ffn: int
@@ -45,13 +49,26 @@ class LlamaSpec:
     tied: bool
     rope_scaling: dict[str, Any] | None
 
+    @property
+    def qkv_bias(self) -> bool:
+        return self.arch == "qwen2"
+
+    @property
+    def qk_norm(self) -> bool:
+        return self.arch == "qwen3"
+
+    @property
+    def permuted_qk(self) -> bool:
+        """llama.cpp stores llama's Q/K rows in its own RoPE order (never the Qwens')."""
+        return self.arch == "llama"
+
 
 def _clean_float(value: float) -> float:
     """float32 metadata as the short decimal a person wrote (1e-05, not 9.99999974e-06)."""
     return float(str(np.float32(value)))
 
 
-def llama_spec(g: GGUFFile) -> LlamaSpec:
+def decoder_spec(g: GGUFFile) -> DecoderSpec:
     """The model's hyper-parameters, after checking every tensor the import will need."""
     name = g.path.name
     arch = meta(g, "general.architecture", str, "the model architecture")
@@ -79,7 +96,7 @@ def llama_spec(g: GGUFFile) -> LlamaSpec:
     if v_dim != head_dim or rope_dims != head_dim or head_dim % 2:
         raise GGUFImportError(
             f"{name} uses a head layout (key {head_dim}, value {v_dim}, rotary {rope_dims}) "
-            "that the llama format cannot express"
+            f"that the {arch} format cannot express"
         )
     eps = meta(g, p + "attention.layer_norm_rms_epsilon", float, "RMSNorm epsilon")
     theta = meta(g, p + "rope.freq_base", float, "RoPE base", 10000.0)
@@ -98,7 +115,8 @@ def llama_spec(g: GGUFFile) -> LlamaSpec:
             f"{name}: {p}vocab_size is {meta_vocab} but token_embd.weight has {vocab_size} rows"
         )
 
-    spec = LlamaSpec(
+    spec = DecoderSpec(
+        arch=arch,
         n_layers=n_layers,
         hidden=hidden,
         ffn=ffn,
@@ -117,7 +135,7 @@ def llama_spec(g: GGUFFile) -> LlamaSpec:
     return spec
 
 
-def _rope_scaling(g: GGUFFile, spec: LlamaSpec, p: str) -> dict[str, Any] | None:
+def _rope_scaling(g: GGUFFile, spec: DecoderSpec, p: str) -> dict[str, Any] | None:
     """Translate GGUF RoPE scaling into HF's ``rope_scaling`` (linear, or Llama 3's table)."""
     name = g.path.name
     scaling: dict[str, Any] | None = None
@@ -151,7 +169,7 @@ def _rope_scaling(g: GGUFFile, spec: LlamaSpec, p: str) -> dict[str, Any] | None
     return scaling
 
 
-def _llama3_scaling(factors: np.ndarray, spec: LlamaSpec, original: int) -> dict | None:
+def _llama3_scaling(factors: np.ndarray, spec: DecoderSpec, original: int) -> dict | None:
     """Recover Llama 3 rope_scaling parameters from the per-frequency factor table.
 
     llama.cpp stores the table instead of the parameters; we try the parameters every Llama 3.x
@@ -179,16 +197,24 @@ def _llama3_scaling(factors: np.ndarray, spec: LlamaSpec, original: int) -> dict
     return None
 
 
-def tensor_plan(spec: LlamaSpec) -> Iterator[tuple[str, str, tuple[int, ...], int]]:
+def tensor_plan(spec: DecoderSpec) -> Iterator[tuple[str, str, tuple[int, ...], int]]:
     """(gguf name, HF name, HF shape, heads to un-permute or 0) for every weight, in order."""
     h, q, kv = spec.hidden, spec.n_head * spec.head_dim, spec.n_kv_head * spec.head_dim
     yield "token_embd.weight", "model.embed_tokens.weight", (spec.vocab_size, h), 0
     for i in range(spec.n_layers):
         b, m = f"blk.{i}.", f"model.layers.{i}."
         yield b + "attn_norm.weight", m + "input_layernorm.weight", (h,), 0
-        yield b + "attn_q.weight", m + "self_attn.q_proj.weight", (q, h), spec.n_head
-        yield b + "attn_k.weight", m + "self_attn.k_proj.weight", (kv, h), spec.n_kv_head
+        q_heads, k_heads = (spec.n_head, spec.n_kv_head) if spec.permuted_qk else (0, 0)
+        yield b + "attn_q.weight", m + "self_attn.q_proj.weight", (q, h), q_heads
+        yield b + "attn_k.weight", m + "self_attn.k_proj.weight", (kv, h), k_heads
         yield b + "attn_v.weight", m + "self_attn.v_proj.weight", (kv, h), 0
+        if spec.qkv_bias:
+            yield b + "attn_q.bias", m + "self_attn.q_proj.bias", (q,), 0
+            yield b + "attn_k.bias", m + "self_attn.k_proj.bias", (kv,), 0
+            yield b + "attn_v.bias", m + "self_attn.v_proj.bias", (kv,), 0
+        if spec.qk_norm:
+            yield b + "attn_q_norm.weight", m + "self_attn.q_norm.weight", (spec.head_dim,), 0
+            yield b + "attn_k_norm.weight", m + "self_attn.k_norm.weight", (spec.head_dim,), 0
         yield b + "attn_output.weight", m + "self_attn.o_proj.weight", (h, q), 0
         yield b + "ffn_norm.weight", m + "post_attention_layernorm.weight", (h,), 0
         yield b + "ffn_gate.weight", m + "mlp.gate_proj.weight", (spec.ffn, h), 0
@@ -199,7 +225,7 @@ def tensor_plan(spec: LlamaSpec) -> Iterator[tuple[str, str, tuple[int, ...], in
         yield "output.weight", "lm_head.weight", (spec.vocab_size, h), 0
 
 
-def _check_tensors(g: GGUFFile, spec: LlamaSpec) -> None:
+def _check_tensors(g: GGUFFile, spec: DecoderSpec) -> None:
     """Every needed tensor present, with the right shape and a type we can dequantize."""
     name = g.path.name
     wanted = set()
@@ -220,7 +246,7 @@ def _check_tensors(g: GGUFFile, spec: LlamaSpec) -> None:
     if extra:
         shown = ", ".join(f"'{t}'" for t in extra[:5]) + (" ..." if len(extra) > 5 else "")
         raise GGUFImportError(
-            f"{name} has tensors the llama format has no place for ({shown}); "
+            f"{name} has tensors the {spec.arch} format has no place for ({shown}); "
             "it is probably a different architecture"
         )
 
@@ -238,16 +264,23 @@ def unpermute_qk(w: mx.array, n_heads: int) -> mx.array:
     return w.reshape(n_heads, half, 2, cols).swapaxes(1, 2).reshape(rows, cols)
 
 
-def hf_config(spec: LlamaSpec, dtype: str, generation: dict[str, Any]) -> dict[str, Any]:
-    """config.json in the shape transformers' LlamaConfig and mlx_lm's llama.ModelArgs read.
+_HF_CLASSES = {
+    "llama": "LlamaForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+}
+
+
+def hf_config(spec: DecoderSpec, dtype: str, generation: dict[str, Any]) -> dict[str, Any]:
+    """config.json in the shape transformers' configs and mlx_lm's ``ModelArgs`` read.
 
     The special token ids are repeated from generation_config.json because mlx_lm takes its
     stop tokens from config.json's eos_token_id.
     """
     ids = ("bos_token_id", "eos_token_id", "pad_token_id")
-    return {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
+    config: dict[str, Any] = {
+        "architectures": [_HF_CLASSES[spec.arch]],
+        "model_type": spec.arch,
         "hidden_size": spec.hidden,
         "intermediate_size": spec.ffn,
         "num_hidden_layers": spec.n_layers,
@@ -261,10 +294,18 @@ def hf_config(spec: LlamaSpec, dtype: str, generation: dict[str, Any]) -> dict[s
         "max_position_embeddings": spec.context_length,
         "vocab_size": spec.vocab_size,
         "tie_word_embeddings": spec.tied,
-        "attention_bias": False,
-        "mlp_bias": False,
+        "attention_bias": spec.qkv_bias,
         "initializer_range": 0.02,
         "use_cache": True,
         "torch_dtype": dtype,
         **{key: generation[key] for key in ids if key in generation},
     }
+    if spec.arch == "llama":
+        config["mlp_bias"] = False
+    else:  # the Qwens' configs name their (unused here) sliding window
+        config.update(
+            use_sliding_window=False,
+            sliding_window=spec.context_length,
+            max_window_layers=spec.n_layers,
+        )
+    return config
