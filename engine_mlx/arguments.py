@@ -64,8 +64,9 @@ def add_speculation(p: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace, **fields) -> GenerationConfig:
     """The GenerationConfig the speculation flags (``add_speculation``) describe."""
+    if "max_tokens" not in fields:
+        fields["max_tokens"] = args.max_tokens
     return GenerationConfig(
-        max_tokens=args.max_tokens,
         width=args.width,
         block_size=args.block,
         lookup=not args.no_lookup,

@@ -71,6 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--no-baseline", action="store_true", help="skip mlx-lm")
     bench.add_argument("--json-out", type=Path, default=None)
     bench.add_argument(
+        "--server-overhead",
+        action="store_true",
+        help="a `serve` process against in-process generation, interleaved (first --modes)",
+    )
+    bench.add_argument(
         "--forward-cost",
         action="store_true",
         help="time one target forward over 1-32 tokens at each depth (no generation)",
@@ -125,6 +130,17 @@ def build_parser() -> argparse.ArgumentParser:
     lst = sub.add_parser("list", help="list the library: models, drafters, MTP heads, pairings")
     lst.add_argument("--json", action="store_true", help="one JSON object")
 
+    serve = sub.add_parser("serve", help="serve the model over an OpenAI-compatible HTTP API")
+    serve.add_argument("--model", type=Path, default=None, help="model folder (default: demo)")
+    serve.add_argument("--host", default="127.0.0.1", help="other than loopback needs a key")
+    serve.add_argument("--port", type=int, default=8080)
+    serve.add_argument("--api-key", default=None, help="required as 'Authorization: Bearer'")
+    serve.add_argument("--mode", default=Mode.AUTO.value, choices=[m.value for m in Mode])
+    serve.add_argument(
+        "--max-queue", type=int, default=4, help="requests that may wait (more get 429)"
+    )
+    add_speculation(serve)
+
     demo = sub.add_parser("demo", help="import the demo model if needed and print its folder")
     demo.add_argument(
         "--all",
@@ -145,6 +161,10 @@ def main(argv: list[str] | None = None) -> int:
                 from engine_mlx.bench.forward_cost import run_forward_cost
 
                 return run_forward_cost(args)
+            if args.server_overhead:
+                from engine_mlx.bench.server_overhead import run_server_overhead
+
+                return run_server_overhead(args)
             if args.suite:
                 from engine_mlx.bench.suite import run_suite
 
@@ -183,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
             return list_command(args)
         if args.command == "demo":
             return _demo_command(args)
+        if args.command == "serve":
+            return _serve(args)
         print(backend_info().describe())
         return 0
     except EngineError as exc:
@@ -191,6 +213,32 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\nCancelled.", file=sys.stderr)
         return 130
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from engine_mlx.api import load_target
+    from engine_mlx.server.app import Server, is_loopback, run_server
+    from engine_mlx.server.requests import DEFAULT_MAX_TOKENS
+    from engine_mlx.session import Session
+
+    if not is_loopback(args.host) and not args.api_key:  # before the model loads
+        raise EngineError(
+            f"Refusing to serve on {args.host} without an API key: pass --api-key KEY, or "
+            "bind to 127.0.0.1."
+        )
+    base = config_from_args(args, mode=Mode(args.mode), max_tokens=DEFAULT_MAX_TOKENS)
+
+    def build() -> Session:  # on the server's engine thread, which owns all MLX work
+        target = load_target(resolve_model(args.model))
+        spec = speculators_from_args(args, target)
+        session = Session(target, spec.drafter, spec.mtp, spec.mtp_reason, reuse_prompt=True)
+        if base.mode is Mode.AUTO and base.policy == "expected":
+            session.step_costs()  # measured (or read from the cache) now, not in a request
+        return session
+
+    server = Server(build, base_config=base, api_key=args.api_key, max_waiting=args.max_queue)
+    run_server(server, args.host, args.port, lambda line: print(line, file=sys.stderr, flush=True))
+    return 0
 
 
 def _demo_command(args: argparse.Namespace) -> int:

@@ -1,0 +1,264 @@
+"""The HTTP routes (Starlette) and the launcher (uvicorn).
+
+Safe by default: it binds to the loopback address; any other address needs an API key, which
+every ``/v1`` request must then present (``Authorization: Bearer KEY``). Requests are checked
+(``requests``) before they queue, so a bad one is refused at once with an OpenAI-style error,
+never half-way through a stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import ipaddress
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from engine_mlx.config import GenerationConfig
+from engine_mlx.errors import EngineError
+from engine_mlx.events import Error, Event, Finished, Tokens
+from engine_mlx.modes import Mode
+from engine_mlx.server.requests import (
+    ApiError,
+    CompletionRequest,
+    check_model,
+    parse_completion,
+    parse_json,
+)
+from engine_mlx.server.responses import ResponseBuilder
+from engine_mlx.server.runner import EngineRunner, Job, QueueFull
+from engine_mlx.session import Session
+
+MAX_BODY_BYTES = 8 * 1024 * 1024
+RETRY_AFTER_S = 2
+DISCONNECT_POLL_S = 0.25
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class Server:
+    """The routes over one session; ``runner`` serialises its generations."""
+
+    def __init__(
+        self,
+        build: Callable[[], Session],
+        *,
+        base_config: GenerationConfig | None = None,
+        api_key: str | None = None,
+        max_waiting: int = 4,
+        on_event: Callable[[Event], None] | None = None,
+    ) -> None:
+        self.runner = EngineRunner(build, max_waiting, on_event)
+        self.session = self.runner.session  # waits for the model; raises if it failed
+        self.model_name = self.session.target.spec.name
+        self.base_config = base_config or GenerationConfig(mode=Mode.AUTO)
+        self.api_key = api_key
+        self.created = int(time.time())
+        routes = [
+            Route("/health", self.health, methods=["GET"]),
+            Route("/v1/models", self.models, methods=["GET"]),
+            Route("/v1/models/{model:path}", self.model, methods=["GET"]),
+            Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
+            Route("/v1/completions", self.completions, methods=["POST"]),
+        ]
+        self.app = Starlette(routes=routes, lifespan=self._lifespan)
+
+    @contextlib.asynccontextmanager
+    async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        yield
+        self.runner.close()
+
+    # ---- routes ----------------------------------------------------------------------------
+
+    async def health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok", "model": self.model_name})
+
+    async def models(self, request: Request) -> Response:
+        return self._guarded(request) or JSONResponse(
+            {"object": "list", "data": [self._model_card()]}
+        )
+
+    async def model(self, request: Request) -> Response:
+        if denied := self._guarded(request):
+            return denied
+        if request.path_params["model"] != self.model_name:
+            return _error(ApiError(404, "No such model here.", code="model_not_found"))
+        return JSONResponse(self._model_card())
+
+    async def chat_completions(self, request: Request) -> Response:
+        return await self._complete(request, chat=True)
+
+    async def completions(self, request: Request) -> Response:
+        return await self._complete(request, chat=False)
+
+    # ---- the work --------------------------------------------------------------------------
+
+    def _model_card(self) -> dict[str, Any]:
+        return {
+            "id": self.model_name,
+            "object": "model",
+            "created": self.created,
+            "owned_by": "flashchat",
+        }
+
+    def _guarded(self, request: Request) -> Response | None:
+        """The 401 response when a key is required and not presented, else None."""
+        if self.api_key is None:
+            return None
+        header = request.headers.get("authorization", "")
+        presented = header[7:] if header.lower().startswith("bearer ") else ""
+        if hmac.compare_digest(presented.encode(), self.api_key.encode()):
+            return None
+        return _error(
+            ApiError(
+                401,
+                "Missing or wrong API key (send 'Authorization: Bearer KEY').",
+                kind="authentication_error",
+                code="invalid_api_key",
+            )
+        )
+
+    async def _complete(self, request: Request, *, chat: bool) -> Response:
+        if denied := self._guarded(request):
+            return denied
+        try:
+            req = await self._parse(request, chat)
+        except ApiError as exc:
+            return _error(exc)
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue[Event | None] = asyncio.Queue()
+
+        def emit(event: Event | None) -> None:
+            with contextlib.suppress(RuntimeError):  # shutting down: nobody is listening
+                loop.call_soon_threadsafe(events.put_nowait, event)
+
+        job = Job(req.prompt_ids, req.config, emit)
+        try:
+            self.runner.submit(job)
+        except QueueFull:
+            error = ApiError(
+                429,
+                "The server is busy with other requests; retry shortly.",
+                kind="rate_limit_error",
+                code="queue_full",
+            )
+            return _error(error, headers={"Retry-After": str(RETRY_AFTER_S)})
+        builder = ResponseBuilder(self.model_name, chat)
+        if req.stream:
+            stream = _stream(job, events, builder, req)
+            return StreamingResponse(stream, media_type="text/event-stream")
+        return await self._collect(request, job, events, builder, req)
+
+    async def _parse(self, request: Request, chat: bool) -> CompletionRequest:
+        raw = await request.body()
+        if len(raw) > MAX_BODY_BYTES:
+            raise ApiError(413, f"The request body is over {MAX_BODY_BYTES // 2**20} MB.")
+        body = parse_json(raw)
+        check_model(body, self.model_name)
+        req = parse_completion(body, self.session.target, self.base_config, chat=chat)
+        try:
+            self.session.check_fits(len(req.prompt_ids))
+        except EngineError as exc:
+            raise ApiError(
+                400, str(exc), param="messages", code="context_length_exceeded"
+            ) from None
+        try:
+            self.session.check_available(req.config.validate())
+        except EngineError as exc:
+            raise ApiError(400, str(exc), param="mode") from None
+        return req
+
+    async def _collect(
+        self,
+        request: Request,
+        job: Job,
+        events: asyncio.Queue[Event | None],
+        builder: ResponseBuilder,
+        req: CompletionRequest,
+    ) -> Response:
+        """Wait for the whole reply; a client that leaves first cancels its generation."""
+        finished: Finished | None = None
+        error: Error | None = None
+        while True:
+            try:
+                event = await asyncio.wait_for(events.get(), DISCONNECT_POLL_S)
+            except TimeoutError:
+                if await request.is_disconnected():
+                    job.cancel.set()
+                    return Response(status_code=499)
+                continue
+            if event is None:
+                break
+            if isinstance(event, Finished):
+                finished = event
+            elif isinstance(event, Error):
+                error = event
+        if finished is None or finished.reason == "cancelled":
+            message = error.message if error else "The generation did not finish."
+            return _error(ApiError(500, message, kind="server_error"))
+        mode = str(req.config.mode)
+        return JSONResponse(builder.complete(finished.text, finished.reason, finished.stats, mode))
+
+
+async def _stream(
+    job: Job,
+    events: asyncio.Queue[Event | None],
+    builder: ResponseBuilder,
+    req: CompletionRequest,
+) -> AsyncIterator[str]:
+    """Server-sent events: the text as it is committed, then the finish chunk (with the
+    statistics), the usage chunk if asked for, and ``[DONE]``. Leaving early cancels."""
+    try:
+        if builder.chat:
+            yield _sse(builder.chunk(role=True))
+        while (event := await events.get()) is not None:
+            if isinstance(event, Tokens) and event.text:
+                yield _sse(builder.chunk(event.text))
+            elif isinstance(event, Finished) and event.reason != "cancelled":
+                mode = str(req.config.mode)
+                yield _sse(builder.final_chunk(event.reason, event.stats, mode, req.include_usage))
+                if req.include_usage:
+                    yield _sse(builder.usage_chunk(event.stats, mode))
+            elif isinstance(event, Error):
+                yield _sse(ApiError(500, event.message, kind="server_error").body())
+        yield "data: [DONE]\n\n"
+    finally:
+        job.cancel.set()  # a no-op once finished; stops the generation if the client left
+
+
+def _sse(obj: dict[str, Any]) -> str:
+    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+
+
+def _error(exc: ApiError, headers: dict[str, str] | None = None) -> Response:
+    return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
+
+
+def run_server(server: Server, host: str, port: int, announce: Callable[[str], None]) -> None:
+    """Serve until interrupted (uvicorn handles Ctrl+C and SIGTERM)."""
+    import uvicorn
+
+    if not is_loopback(host) and server.api_key is None:
+        raise EngineError(
+            f"Refusing to serve on {host} without an API key: anyone on the network could use "
+            "this machine. Pass --api-key KEY (clients send it as a Bearer token), or bind to "
+            "127.0.0.1."
+        )
+    config = uvicorn.Config(server.app, host=host, port=port, log_level="warning")
+    announce(f"Serving {server.model_name} on http://{host}:{port}/v1 (Ctrl+C stops)")
+    uvicorn.Server(config).run()

@@ -1,0 +1,96 @@
+"""A real server: uvicorn on a free loopback port, in this process (so a test can watch the
+engine's events) or as a ``python -m engine_mlx serve`` process."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+
+from engine_mlx.api import load_target
+from engine_mlx.server.app import Server
+from engine_mlx.session import Session
+
+MODEL = "tiny"  # the tiny model's folder name, which the server serves it as
+
+
+class Running:
+    """A Server answering on 127.0.0.1 from a uvicorn thread; ``close`` stops it."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.uvicorn = uvicorn.Server(uvicorn.Config(server.app, log_level="warning"))
+        self.thread = threading.Thread(target=self.uvicorn.run, kwargs={"sockets": [self.sock]})
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.uvicorn.started:
+            assert time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.01)
+
+    def close(self) -> None:
+        self.uvicorn.should_exit = True
+        self.thread.join(timeout=30)
+        self.sock.close()
+
+
+@pytest.fixture
+def tiny_folder(tiny_model_dir, tmp_path: Path) -> Path:
+    """The tiny llama under the name the server serves it as."""
+    folder = tmp_path / MODEL
+    folder.symlink_to(tiny_model_dir("llama"), target_is_directory=True)
+    return folder
+
+
+@pytest.fixture
+def start_server(tiny_folder: Path) -> Iterator[Callable[..., Running]]:
+    started: list[Running] = []
+
+    def start(**options) -> Running:
+        build = lambda: Session(load_target(tiny_folder), reuse_prompt=True)  # noqa: E731
+        running = Running(Server(build, **options))
+        started.append(running)
+        return running
+
+    yield start
+    for running in started:
+        running.close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def serve_process(tiny_folder: Path) -> Iterator[str]:
+    """``python -m engine_mlx serve`` on the tiny model; yields its base URL."""
+    port = free_port()
+    command = [sys.executable, "-m", "engine_mlx", "serve", "--model", str(tiny_folder)]
+    command += ["--port", str(port), "--mode", "ar", "--max-queue", "2"]
+    proc = subprocess.Popen(command, env=os.environ.copy(), stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while True:
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else "serve exited"
+        assert time.monotonic() < deadline, "serve did not answer within 120 s"
+        try:
+            if httpx.get(url + "/health", timeout=1).status_code == 200:
+                break
+        except httpx.TransportError:
+            time.sleep(0.1)
+    yield url
+    proc.terminate()
+    proc.wait(timeout=30)
