@@ -44,12 +44,35 @@ class EngineWorker(QObject):
     finished = Signal(object)  # events.Finished
     error = Signal(str)
     notice = Signal(str)  # a passing note for the status bar ("" when it is over)
+    served = Signal(object)  # an event of a generation the local server runs (speed panel)
 
     def __init__(self) -> None:
         super().__init__()
         self._session: Session | None = None
         self._cancel = threading.Event()
         self.generation_thread_id: int | None = None
+        self._served_emit = 0.0
+
+    @property
+    def session(self) -> Session | None:
+        """The loaded model's session (read by the local server to check requests)."""
+        return self._session
+
+    @Slot(object, object)
+    def run_server_job(self, runner: Any, job: Any) -> None:
+        """A local server request (``app.local_server``), in turn with the chat's."""
+        runner.execute(job)
+
+    def report_served(self, event: Any) -> None:
+        """Every event of a served generation, on this thread; text events at most ~30 a
+        second, like the chat's."""
+        if isinstance(event, Tokens):
+            now = time.perf_counter()
+            if now - self._served_emit < UPDATE_INTERVAL_S:
+                return
+            self._served_emit = now
+        if isinstance(event, Started | Tokens | Finished):
+            self.served.emit(event)
 
     def cancel(self) -> None:
         """Thread-safe: called from the GUI thread."""

@@ -38,6 +38,7 @@ from PySide6.QtWidgets import (
 
 from app.download_worker import LibraryWorker
 from app.engine_worker import EngineWorker
+from app.local_server import LocalServer
 from app.messages import LiveUpdate, ModelInfo
 from app.settings_dialog import SettingsDialog
 from app.storage import (
@@ -54,7 +55,7 @@ from app.widgets.conversation_list import ConversationList
 from app.widgets.library_view import LibraryView, source_from_mime
 from app.widgets.model_bar import ModelBar
 from app.widgets.speed_panel import SpeedPanel
-from engine_mlx.events import Finished, ModeSwitch, Started
+from engine_mlx.events import Finished, ModeSwitch, Started, Tokens
 from engine_mlx.library.hub import endpoint_hosts
 from engine_mlx.library.sources import SourceError
 from engine_mlx.modes import Mode, fallback
@@ -275,7 +276,13 @@ class MainWindow(QMainWindow):
         self.worker.finished.connect(self._on_finished)
         self.worker.error.connect(self._on_error)
         self.worker.notice.connect(self._on_notice)
+        self.worker.served.connect(self._on_served)
         self._thread.start()
+        self.local_server = LocalServer(self.worker)
+        self.server_label = QLabel(self)
+        self.server_label.setAccessibleName("Local server")
+        self.statusBar().addPermanentWidget(self.server_label)
+        self._apply_serving()
 
     def _start_library(self) -> None:
         self._library_thread = QThread(self)
@@ -467,6 +474,27 @@ class MainWindow(QMainWindow):
             with self._storage():
                 save_settings(self.store, self.settings)
             self.chat.set_colour_draft(self.settings.colour_draft_tokens)
+            self._apply_serving()
+
+    def _apply_serving(self) -> None:
+        """Start, stop or move the local server to match the settings."""
+        want = self.settings.serve_enabled
+        port = self.settings.serve_port
+        if self.local_server.running and (
+            not want or not self.local_server.address.endswith(f":{port}/v1")
+        ):
+            self.local_server.stop()
+        if want and not self.local_server.running:
+            try:
+                self.local_server.start(port)
+            except OSError as exc:
+                self._on_error(
+                    f"Cannot serve on port {port}: {exc.strerror or exc}. Choose another port "
+                    "in Settings."
+                )
+        address = self.local_server.address
+        self.server_label.setText(f"Serving on {address}" if address else "")
+        self.server_label.setVisible(bool(address))
 
     def _on_auto_toggled(self, enabled: bool) -> None:
         self._on_forced_mode(Mode.AUTO if enabled else self._mode())
@@ -533,6 +561,25 @@ class MainWindow(QMainWindow):
         self.send_button.setEnabled(True)
         self.stop_button.setEnabled(False)
 
+    @Slot(object)
+    def _on_served(self, event: Started | Tokens | Finished) -> None:
+        """A local server request: the speed panel shows it as it streams (the chat does
+        not: the reply belongs to the client)."""
+        if isinstance(event, Started):
+            self.panel.generation_started(event.prompt_tokens, event.mode)
+            self.statusBar().showMessage("Serving a request…")
+        elif isinstance(event, Tokens):
+            self.panel.update_live(
+                event.live_tps,
+                event.context_depth,
+                event.tau,
+                event.acceptance_rate,
+                event.step.mode,
+            )
+        else:
+            self.panel.generation_finished({**event.stats.to_json(), "reason": event.reason})
+            self.statusBar().showMessage(self._backend_summary)
+
     @Slot(str)
     def _on_notice(self, text: str) -> None:
         """A passing note in the status bar; "" puts the backend summary back."""
@@ -567,6 +614,7 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, event: QCloseEvent) -> None:
         self.worker.cancel()
+        self.local_server.stop()
         self.library_worker.cancel_all()  # downloads keep their bytes for the next start
         self.library_view.close()
         geometry = bytes(self.saveGeometry().toBase64()).decode()

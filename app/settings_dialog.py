@@ -1,4 +1,5 @@
-"""The settings dialog: sampling, limits, system prompt and speculation knobs."""
+"""The settings dialog: sampling, limits, system prompt, speculation knobs and the local
+server."""
 
 from __future__ import annotations
 
@@ -40,6 +41,14 @@ class SettingsDialog(QDialog):
         self.colour_draft = QCheckBox("Tint text that came from accepted draft tokens", self)
         self.colour_draft.setAccessibleName("Colour drafted tokens")
         self.colour_draft.setChecked(settings.colour_draft_tokens)
+        self.serve = QCheckBox("Serve on localhost (an OpenAI-compatible API)", self)
+        self.serve.setAccessibleName("Serve on localhost")
+        self.serve.setChecked(settings.serve_enabled)
+        self.serve.setToolTip(
+            "Editors, agents and scripts on this machine can use the loaded model at "
+            "http://127.0.0.1:PORT/v1; the chat and the server take turns."
+        )
+        self.serve_port = self._int(1024, 65535, settings.serve_port, "Server port")
         self.system_prompt = QPlainTextEdit(settings.system_prompt, self)
         self.system_prompt.setAccessibleName("System prompt")
         self.system_prompt.setMaximumHeight(90)
@@ -53,6 +62,8 @@ class SettingsDialog(QDialog):
             ("Block size", self.block_size),
             ("Auto threshold", self.auto_threshold),
             ("Drafted tokens", self.colour_draft),
+            ("Local server", self.serve),
+            ("Port", self.serve_port),
         ):
             form.addRow(label, widget)
         buttons = QDialogButtonBox(
@@ -90,4 +101,6 @@ class SettingsDialog(QDialog):
             block_size=self.block_size.value(),
             auto_threshold=self.auto_threshold.value(),
             colour_draft_tokens=self.colour_draft.isChecked(),
+            serve_enabled=self.serve.isChecked(),
+            serve_port=self.serve_port.value(),
         )

@@ -432,6 +432,8 @@ class AppSettings:
     auto_toggle: bool = True
     forced_mode: str = Mode.AUTO.value  # a Mode id, stored as text
     colour_draft_tokens: bool = False
+    serve_enabled: bool = False  # Settings -> "Serve on localhost" (app.local_server)
+    serve_port: int = 8080
     window_geometry: str = ""  # base64 of QMainWindow.saveGeometry, opaque here
 
 
@@ -444,6 +446,7 @@ _SETTING_CHECKS: dict[str, Any] = {
     "draft_width": lambda v: v >= 1,
     "block_size": lambda v: v >= 0,
     "auto_threshold": lambda v: v >= 0,
+    "serve_port": lambda v: 1 <= v <= 65535,
     "forced_mode": lambda v: isinstance(v, str) and parse_mode(v) is not None,
 }
 

@@ -219,6 +219,7 @@ def _serve(args: argparse.Namespace) -> int:
     from engine_mlx.api import load_target
     from engine_mlx.server.app import Server, is_loopback, run_server
     from engine_mlx.server.requests import DEFAULT_MAX_TOKENS
+    from engine_mlx.server.runner import EngineRunner
     from engine_mlx.session import Session
 
     if not is_loopback(args.host) and not args.api_key:  # before the model loads
@@ -236,7 +237,9 @@ def _serve(args: argparse.Namespace) -> int:
             session.step_costs()  # measured (or read from the cache) now, not in a request
         return session
 
-    server = Server(build, base_config=base, api_key=args.api_key, max_waiting=args.max_queue)
+    runner = EngineRunner(build, args.max_queue)
+    runner.wait_ready()  # raises what went wrong loading the model
+    server = Server(runner, base_config=base, api_key=args.api_key)
     run_server(server, args.host, args.port, lambda line: print(line, file=sys.stderr, flush=True))
     return 0
 

@@ -34,7 +34,7 @@ from engine_mlx.server.requests import (
     parse_json,
 )
 from engine_mlx.server.responses import ResponseBuilder
-from engine_mlx.server.runner import EngineRunner, Job, QueueFull
+from engine_mlx.server.runner import Job, JobQueue, QueueFull
 from engine_mlx.session import Session
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
@@ -52,20 +52,28 @@ def is_loopback(host: str) -> bool:
 
 
 class Server:
-    """The routes over one session; ``runner`` serialises its generations."""
+    """The routes over the runner's session; the runner serialises the generations."""
+
+    @property
+    def session(self) -> Session:
+        session = self.runner.session
+        if session is None:
+            raise ApiError(503, "No model is loaded yet.", kind="server_error")
+        return session
+
+    @property
+    def model_name(self) -> str:
+        session = self.runner.session
+        return session.target.spec.name if session is not None else ""
 
     def __init__(
         self,
-        build: Callable[[], Session],
+        runner: JobQueue,
         *,
         base_config: GenerationConfig | None = None,
         api_key: str | None = None,
-        max_waiting: int = 4,
-        on_event: Callable[[Event], None] | None = None,
     ) -> None:
-        self.runner = EngineRunner(build, max_waiting, on_event)
-        self.session = self.runner.session  # waits for the model; raises if it failed
-        self.model_name = self.session.target.spec.name
+        self.runner = runner
         self.base_config = base_config or GenerationConfig(mode=Mode.AUTO)
         self.api_key = api_key
         self.created = int(time.time())
@@ -89,9 +97,8 @@ class Server:
         return JSONResponse({"status": "ok", "model": self.model_name})
 
     async def models(self, request: Request) -> Response:
-        return self._guarded(request) or JSONResponse(
-            {"object": "list", "data": [self._model_card()]}
-        )
+        cards = [self._model_card()] if self.model_name else []
+        return self._guarded(request) or JSONResponse({"object": "list", "data": cards})
 
     async def model(self, request: Request) -> Response:
         if denied := self._guarded(request):
@@ -169,7 +176,7 @@ class Server:
         if len(raw) > MAX_BODY_BYTES:
             raise ApiError(413, f"The request body is over {MAX_BODY_BYTES // 2**20} MB.")
         body = parse_json(raw)
-        check_model(body, self.model_name)
+        check_model(body, self.session.target.spec.name)
         req = parse_completion(body, self.session.target, self.base_config, chat=chat)
         try:
             self.session.check_fits(len(req.prompt_ids))

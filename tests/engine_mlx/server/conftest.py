@@ -18,6 +18,7 @@ import uvicorn
 
 from engine_mlx.api import load_target
 from engine_mlx.server.app import Server
+from engine_mlx.server.runner import EngineRunner
 from engine_mlx.session import Session
 
 MODEL = "tiny"  # the tiny model's folder name, which the server serves it as
@@ -59,7 +60,9 @@ def start_server(tiny_folder: Path) -> Iterator[Callable[..., Running]]:
 
     def start(**options) -> Running:
         build = lambda: Session(load_target(tiny_folder), reuse_prompt=True)  # noqa: E731
-        running = Running(Server(build, **options))
+        runner = EngineRunner(build, options.pop("max_waiting", 4), options.pop("on_event", None))
+        runner.wait_ready()
+        running = Running(Server(runner, **options))
         started.append(running)
         return running
 
