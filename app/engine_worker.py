@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +25,10 @@ from engine_mlx.companions import NO_DRAFTER
 from engine_mlx.config import GenerationConfig
 from engine_mlx.decoding.sampling import SamplingParams
 from engine_mlx.errors import EngineError
-from engine_mlx.events import Error, Finished, ModeSwitch, Started, Tokens
+from engine_mlx.events import Error, Event, Finished, ModeSwitch, Started, Tokens
 from engine_mlx.modes import Mode, available_modes
+from engine_mlx.remote import PREFIX as REMOTE_PREFIX
+from engine_mlx.remote import Endpoint, RemoteSession, list_models
 from engine_mlx.session import Session
 from engine_mlx.step_costs import cache_file as step_cost_cache
 
@@ -52,6 +55,7 @@ class EngineWorker(QObject):
         self._cancel = threading.Event()
         self.generation_thread_id: int | None = None
         self._served_emit = 0.0
+        self._remote: RemoteSession | None = None
 
     @property
     def session(self) -> Session | None:
@@ -80,6 +84,10 @@ class EngineWorker(QObject):
 
     @Slot(str, str)
     def load_model(self, path: str, drafter_path: str = "") -> None:
+        if path.startswith(REMOTE_PREFIX):
+            self._connect(path)
+            return
+        self._remote = None
         try:
             if not path:
                 from engine_mlx.demo import ensure_demo_model
@@ -126,16 +134,44 @@ class EngineWorker(QObject):
         self._session.step_costs()
         self.notice.emit("")
 
+    def _connect(self, spec: str) -> None:
+        """A model on a remote OpenAI-compatible server: checked, then used like a local one."""
+        try:
+            endpoint = Endpoint.from_spec(spec)
+            if endpoint.model not in list_models(endpoint.base_url, endpoint.api_key):
+                raise EngineError(f"{endpoint.host} no longer offers {endpoint.model}.")
+        except EngineError as exc:
+            self.error.emit(str(exc))
+            return
+        self._session = None
+        self._remote = RemoteSession(endpoint)
+        self.model_loaded.emit(
+            ModelInfo(
+                name=endpoint.label,
+                path=spec,
+                backend=f"Remote: {endpoint.host}",
+                backend_detail=f"OpenAI-compatible server at {endpoint.base_url}; tok/s and "
+                "first-token time measured from its stream, tau and acceptance where it "
+                "reports them.",
+                max_context=0,
+                modes=(Mode.AUTO,),
+            )
+        )
+
     @Slot(list, dict)
     def generate(self, messages: list[dict[str, str]], settings: dict[str, Any]) -> None:
         self.generation_thread_id = threading.get_ident()
-        if self._session is None:
+        self._cancel.clear()
+        if self._session is None and self._remote is None:
             self.error.emit("No model is loaded yet.")
             return
-        self._cancel.clear()
         try:
-            ids = encode_prompt(self._session.target, messages)
-            self._stream(ids, self._config(settings))
+            config = self._config(settings)
+            if self._remote is not None:
+                self._stream(self._remote.generate(messages, config, self._cancel))
+            elif self._session is not None:
+                ids = encode_prompt(self._session.target, messages)
+                self._stream(self._session.generate(ids, config, self._cancel))
         except (EngineError, ValueError) as exc:
             self.error.emit(str(exc))
         except MemoryError:
@@ -164,12 +200,12 @@ class EngineWorker(QObject):
             auto_threshold=threshold or 4096,
         )
 
-    def _stream(self, ids: list[int], config: GenerationConfig) -> None:
+    def _stream(self, events: Iterator[Event]) -> None:
         pending: list[tuple[str, bool]] = []
         shown = 0  # characters already sent to the window
         latest: Tokens | None = None
         last_emit = 0.0
-        for event in self._session.generate(ids, config, self._cancel):
+        for event in events:
             if isinstance(event, Started):
                 self.started.emit(event)
             elif isinstance(event, Tokens):

@@ -9,6 +9,8 @@ and installs it on its own worker thread.
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, replace
@@ -36,6 +38,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.connect_dialog import ConnectDialog
 from app.download_worker import LibraryWorker
 from app.engine_worker import EngineWorker
 from app.local_server import LocalServer
@@ -55,10 +58,12 @@ from app.widgets.conversation_list import ConversationList
 from app.widgets.library_view import LibraryView, source_from_mime
 from app.widgets.model_bar import ModelBar
 from app.widgets.speed_panel import SpeedPanel
+from engine_mlx.errors import EngineError
 from engine_mlx.events import Finished, ModeSwitch, Started, Tokens
 from engine_mlx.library.hub import endpoint_hosts
 from engine_mlx.library.sources import SourceError
 from engine_mlx.modes import Mode, fallback
+from engine_mlx.remote import Endpoint
 
 ICON = Path(__file__).resolve().parents[1] / "resources" / "icons" / "flashchat.svg"
 CONTEXT_WARNING = 0.9  # warn when the conversation fills this share of the context
@@ -261,6 +266,9 @@ class MainWindow(QMainWindow):
         self.prompt_edit.viewport().installEventFilter(self)
         QShortcut(QKeySequence.StandardKey.Paste, self, activated=self.paste_source)
         self.model_bar.library_requested.connect(self.open_library)
+        self.model_bar.connect_requested.connect(self.open_connect)
+        self.model_bar.remote_specs = self._saved_remote_models()
+        self.model_bar.refresh()
 
     def _start_worker(self) -> None:
         self._thread = QThread(self)
@@ -466,6 +474,37 @@ class MainWindow(QMainWindow):
         self.prompt_edit.setPlainText(text)
         self.prompt_edit.setFocus()
 
+    def _saved_remote_models(self) -> list[str]:
+        """The remote models added with Connect… (damaged entries are dropped)."""
+        try:
+            specs = json.loads(self.settings.remote_models)
+        except ValueError:
+            return []
+        valid = []
+        for spec in specs if isinstance(specs, list) else []:
+            try:
+                Endpoint.from_spec(str(spec))
+            except EngineError:
+                continue
+            valid.append(str(spec))
+        return valid
+
+    @Slot()
+    def open_connect(self) -> None:
+        """Add a model on a remote server, save it with the settings, and load it."""
+        dialog = ConnectDialog(self)
+        if not dialog.exec():
+            return
+        spec = dialog.endpoint().to_spec()
+        specs = [s for s in self._saved_remote_models() if s != spec] + [spec]
+        self.settings = replace(self.settings, remote_models=json.dumps(specs))
+        with self._storage():
+            save_settings(self.store, self.settings)
+        self.model_bar.remote_specs = specs
+        self.model_bar.refresh(spec)
+        self.model_bar.target_box.setCurrentIndex(self.model_bar.target_box.findData(spec))
+        self._load(spec, "")
+
     @Slot()
     def open_settings(self) -> None:
         dialog = SettingsDialog(self.settings, self)
@@ -548,6 +587,8 @@ class MainWindow(QMainWindow):
     def _on_finished(self, event: Finished) -> None:
         self.generating = False
         stats = {**event.stats.to_json(), "reason": event.reason}
+        if not math.isfinite(stats["tau"]):  # a remote server that does not report it
+            stats["tau"] = None
         message_id = -1
         if self.conversation_id is not None and event.text:
             with self._storage():

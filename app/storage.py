@@ -434,6 +434,7 @@ class AppSettings:
     colour_draft_tokens: bool = False
     serve_enabled: bool = False  # Settings -> "Serve on localhost" (app.local_server)
     serve_port: int = 8080
+    remote_models: str = "[]"  # JSON list of ``remote.Endpoint`` specs (Connect…)
     window_geometry: str = ""  # base64 of QMainWindow.saveGeometry, opaque here
 
 

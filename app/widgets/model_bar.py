@@ -2,8 +2,9 @@
 
 Choices come from the library's own listing (``catalog.list_installed``): the models and
 drafters that would load; one the library marks as broken is shown there, with the reason,
-not offered here. "Library…" opens the model library. Nothing changes until the worker
-reports the model loaded; until then the bar says "Loading…".
+not offered here. "Library…" opens the model library; "Connect…" adds a model on a remote
+OpenAI-compatible server, listed after the local ones ("NAME @ HOST"). Nothing changes until
+the worker reports the model loaded; until then the bar says "Loading…".
 """
 
 from __future__ import annotations
@@ -11,11 +12,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QPushButton, QWidget
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QPushButton, QSizePolicy, QWidget
 
 from app.messages import ModelInfo
 from engine_mlx.companions import NO_DRAFTER
 from engine_mlx.library.catalog import list_installed
+from engine_mlx.remote import PREFIX as REMOTE_PREFIX
+from engine_mlx.remote import Endpoint
 
 
 def scan_library(root: Path | None = None) -> tuple[list[Path], list[Path], list[str]]:
@@ -31,9 +34,11 @@ def scan_library(root: Path | None = None) -> tuple[list[Path], list[Path], list
 class ModelBar(QWidget):
     load_requested = Signal(str, str)  # target path, drafter path ("" = none)
     library_requested = Signal()  # open the model library
+    connect_requested = Signal()  # add a model on a remote server
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self.remote_specs: list[str] = []  # saved remote models (``remote.Endpoint`` specs)
         self.target_box = QComboBox(self)
         self.target_box.setAccessibleName("Model")
         self.target_box.setMinimumContentsLength(18)
@@ -46,6 +51,9 @@ class ModelBar(QWidget):
         self.mtp_box.setEnabled(False)
         self.status = QLabel("Loading…", self)
         self.status.setAccessibleName("Model status")
+        # A long name or address must not widen the window past the screen: the label
+        # shrinks (its tooltip keeps the whole text).
+        self.status.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         for label, box in (
@@ -60,6 +68,14 @@ class ModelBar(QWidget):
         self.library_button.setAccessibleName("Model library")
         self.library_button.clicked.connect(self.library_requested)
         layout.addWidget(self.library_button)
+        self.connect_button = QPushButton("Connect…", self)
+        self.connect_button.setAccessibleName("Connect to a server")
+        self.connect_button.setToolTip(
+            "Use a model on another machine: any OpenAI-compatible server (FlashChat's "
+            "`serve`, LM Studio, Ollama, llama.cpp, vLLM, SGLang)."
+        )
+        self.connect_button.clicked.connect(self.connect_requested)
+        layout.addWidget(self.connect_button)
         self.refresh()
         self.target_box.activated.connect(self._request)
         self.drafter_box.activated.connect(self._request)
@@ -68,11 +84,17 @@ class ModelBar(QWidget):
         targets, drafters, problems = scan_library()
         self._show_library_problems(problems)
         paths = [str(p) for p in targets]
-        if extra_target and extra_target not in paths:
+        remote = extra_target.startswith(REMOTE_PREFIX)
+        if extra_target and not remote and extra_target not in paths:
             paths.insert(0, extra_target)
         self.target_box.clear()
         for path in paths:
             self.target_box.addItem(Path(path).name, path)
+        specs = list(self.remote_specs)
+        if remote and extra_target not in specs:
+            specs.append(extra_target)
+        for spec in specs:
+            self.target_box.addItem(Endpoint.from_spec(spec).label, spec)
         dpaths = [str(p) for p in drafters]
         if extra_drafter and extra_drafter != NO_DRAFTER and extra_drafter not in dpaths:
             dpaths.insert(0, extra_drafter)
@@ -116,5 +138,8 @@ class ModelBar(QWidget):
         else:
             self.mtp_box.addItem("No MTP head")
             self.mtp_box.setToolTip(f"MTP unavailable: {info.mtp_reason}")
-        self.status.setText(f"{info.name} · context {info.max_context:,}")
-        self.status.setToolTip(info.backend_detail)
+        remote = info.path.startswith(REMOTE_PREFIX)
+        self.drafter_box.setEnabled(not remote)  # the server drafts (or not) on its own
+        where = "remote" if remote else f"context {info.max_context:,}"
+        self.status.setText(f"{info.name} · {where}")
+        self.status.setToolTip(f"{info.name} · {where}\n{info.backend_detail}")

@@ -3,16 +3,12 @@ engine's events) or as a ``python -m engine_mlx serve`` process."""
 
 from __future__ import annotations
 
-import os
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 import uvicorn
 
@@ -20,8 +16,7 @@ from engine_mlx.api import load_target
 from engine_mlx.server.app import Server
 from engine_mlx.server.runner import EngineRunner
 from engine_mlx.session import Session
-
-MODEL = "tiny"  # the tiny model's folder name, which the server serves it as
+from tests.support.serving import serve_process, tiny_folder  # noqa: F401  (fixtures)
 
 
 class Running:
@@ -47,15 +42,7 @@ class Running:
 
 
 @pytest.fixture
-def tiny_folder(tiny_model_dir, tmp_path: Path) -> Path:
-    """The tiny llama under the name the server serves it as."""
-    folder = tmp_path / MODEL
-    folder.symlink_to(tiny_model_dir("llama"), target_is_directory=True)
-    return folder
-
-
-@pytest.fixture
-def start_server(tiny_folder: Path) -> Iterator[Callable[..., Running]]:
+def start_server(tiny_folder: Path) -> Iterator[Callable[..., Running]]:  # noqa: F811
     started: list[Running] = []
 
     def start(**options) -> Running:
@@ -69,31 +56,3 @@ def start_server(tiny_folder: Path) -> Iterator[Callable[..., Running]]:
     yield start
     for running in started:
         running.close()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def serve_process(tiny_folder: Path) -> Iterator[str]:
-    """``python -m engine_mlx serve`` on the tiny model; yields its base URL."""
-    port = free_port()
-    command = [sys.executable, "-m", "engine_mlx", "serve", "--model", str(tiny_folder)]
-    command += ["--port", str(port), "--mode", "ar", "--max-queue", "2"]
-    proc = subprocess.Popen(command, env=os.environ.copy(), stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while True:
-        assert proc.poll() is None, proc.stderr.read() if proc.stderr else "serve exited"
-        assert time.monotonic() < deadline, "serve did not answer within 120 s"
-        try:
-            if httpx.get(url + "/health", timeout=1).status_code == 200:
-                break
-        except httpx.TransportError:
-            time.sleep(0.1)
-    yield url
-    proc.terminate()
-    proc.wait(timeout=30)

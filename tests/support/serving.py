@@ -1,0 +1,53 @@
+"""A real ``python -m engine_mlx serve`` process on the tiny llama, for the server's tests
+and the app's (which points a window at it)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+MODEL = "tiny"  # the tiny model's folder name, which the server serves it as
+
+
+@pytest.fixture
+def tiny_folder(tiny_model_dir, tmp_path: Path) -> Path:
+    """The tiny llama under the name the server serves it as."""
+    folder = tmp_path / MODEL
+    folder.symlink_to(tiny_model_dir("llama"), target_is_directory=True)
+    return folder
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def serve_process(tiny_folder: Path) -> Iterator[str]:
+    """``python -m engine_mlx serve`` on the tiny model; yields its base URL."""
+    port = free_port()
+    command = [sys.executable, "-m", "engine_mlx", "serve", "--model", str(tiny_folder)]
+    command += ["--port", str(port), "--mode", "ar", "--max-queue", "2"]
+    proc = subprocess.Popen(command, env=os.environ.copy(), stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while True:
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else "serve exited"
+        assert time.monotonic() < deadline, "serve did not answer within 120 s"
+        try:
+            if httpx.get(url + "/health", timeout=1).status_code == 200:
+                break
+        except httpx.TransportError:
+            time.sleep(0.1)
+    yield url
+    proc.terminate()
+    proc.wait(timeout=30)
