@@ -23,11 +23,13 @@ class BackendInfo:
     compute_dtype: str  # "float32", "float16" or "bfloat16"
     blas: str  # engine_mlx.blas's description: the BLAS, why, and the small-batch product
     blas_summary: str  # the same in a few words
-    custom_kernels: bool
+    kernels: str  # which path the custom kernels take: ``kernel_description``
 
     def describe(self) -> str:
-        return f"MLX {mx.__version__} on {self.device}, compute {self.compute_dtype}" + (
-            f", {self.blas}" if self.device == "cpu" else ""
+        return (
+            f"MLX {mx.__version__} on {self.device}, compute {self.compute_dtype}"
+            + (f", {self.blas}" if self.device == "cpu" else "")
+            + f"; {self.kernels}"
         )
 
     def summary(self) -> str:
@@ -35,7 +37,43 @@ class BackendInfo:
         parts = [f"MLX {mx.__version__}", self.device.upper(), self.compute_dtype]
         if self.device == "cpu":
             parts.append(self.blas_summary)
+        if kernel_path() != "reference":
+            parts.append(self.kernels.split(":")[0])
         return " · ".join(parts)
+
+
+KERNEL_SWITCH = "FLASHCHAT_KERNELS"
+KERNEL_OPS = ("acceptance", "KV compaction", "local convolution")
+"""The kernels a generation runs today (``engine_mlx/kernels``); tree attention and the
+candidate top-k are written and tested on their own, not yet called by the engine."""
+
+
+def kernels_enabled() -> bool:
+    """False when ``FLASHCHAT_KERNELS=0`` (or ``reference``): every op runs its MLX reference."""
+    value = os.environ.get(KERNEL_SWITCH, "1").strip().lower()
+    return value not in ("0", "false", "off", "no", "reference")
+
+
+def kernel_path() -> str:
+    """Which implementation the kernel ops run: "metal" or "cuda" (the kernels on the live
+    GPU backend), "emulated" (``FLASHCHAT_KERNELS=emulate``: the same kernels in the CPU
+    emulator, slow, for tiny models and tests) or "reference" (MLX ops: the CPU's path, or
+    forced with ``FLASHCHAT_KERNELS=0``)."""
+    if os.environ.get(KERNEL_SWITCH, "").strip().lower() == "emulate":
+        return "emulated"
+    device = live_device()
+    return device if device in ("metal", "cuda") and kernels_enabled() else "reference"
+
+
+def kernel_description() -> str:
+    path = kernel_path()
+    ops = ", ".join(KERNEL_OPS)
+    if path == "emulated":
+        return f"kernels in the CPU emulator: {ops}"
+    if path in ("metal", "cuda"):
+        return f"{'Metal' if path == 'metal' else 'CUDA'} kernels: {ops}"
+    where = "CPU" if live_device() == "cpu" else "kernels switched off"
+    return f"reference ops ({where})"
 
 
 def live_device() -> str:
@@ -86,5 +124,5 @@ def backend_info(dtype: mx.Dtype | None = None) -> BackendInfo:
         compute_dtype=dt_name,
         blas=blas_status().describe(),
         blas_summary=blas_status().summary(),
-        custom_kernels=device in ("metal", "cuda"),
+        kernels=kernel_description(),
     )

@@ -22,6 +22,7 @@ from engine_mlx.decoding.ngram import NGramIndex
 from engine_mlx.decoding.sampling import Sampler
 from engine_mlx.decoding.strategies import Drafter, Strategy
 from engine_mlx.events import Event, Finished, ModeSwitch, PrefillProgress, Started, Tokens
+from engine_mlx.kernels import launch
 from engine_mlx.modes import Mode
 from engine_mlx.prompt_cache import PrefilledPrompt, snapshot_cache
 from engine_mlx.stats import StatsTracker
@@ -70,6 +71,7 @@ class Generation:
         self.requested = mode
         self.max_context = session.max_context
         self.stats = StatsTracker(len(prompt), self.max_context)
+        self._kernel_calls = launch.CALLS.snapshot()  # stats.kernels: this reply's calls
         self.eos = set() if config.ignore_eos else session.eos
         self.cache = self.target.make_cache()
         self.group = DrafterGroup(session.drafters_for(mode))
@@ -234,4 +236,5 @@ class Generation:
         stopped = reason == "stop_string"  # the text ends where the stop string began
         self.text_parts.append("" if stopped else self.stops.feed(self.detok.flush()))
         self.text_parts.append("" if stopped else self.stops.flush())
-        return Finished(reason, "".join(self.text_parts), tuple(self.tokens), self.stats.summary())
+        stats = replace(self.stats.summary(), kernels=launch.calls_since(self._kernel_calls))
+        return Finished(reason, "".join(self.text_parts), tuple(self.tokens), stats)

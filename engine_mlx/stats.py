@@ -32,8 +32,8 @@ class StepStats:
     width: int = 0
     seconds: float = 0.0
     draft_s: float = 0.0  # proposing candidates (drafter forward, top-k, tree building)
-    verify_s: float = 0.0  # the target's verification forward and its picks
-    commit_s: float = 0.0  # acceptance walk, cache compaction / rollback, drafter update
+    verify_s: float = 0.0  # the target's verification forward, its picks and the walk
+    commit_s: float = 0.0  # cache compaction / rollback, drafter update
     # What the auto policy expected of this step before verifying it (0: no prediction).
     predicted_tokens: float = 0.0
     predicted_s: float = 0.0
@@ -57,6 +57,9 @@ class GenerationStats:
     accepted: int
     modes: dict[str, int] = field(default_factory=dict)
     reused_prompt_tokens: int = 0  # prompt tokens whose prefill was kept from before
+    # Which kernel path ran and the calls per kernel op ({"path": "emulated", "calls": {...}});
+    # a silent fallback to a reference shows as "fallbacks".
+    kernels: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -13,7 +13,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import mlx.core as mx
+
+from engine_mlx.decoding.sampling import Sampler, filtered_logprobs
 from engine_mlx.decoding.tree import CandidateTree
+from engine_mlx.kernels import acceptance as acceptance_op
+from engine_mlx.kernels.launch import live_executor, record
 
 
 @dataclass(frozen=True)
@@ -33,15 +38,27 @@ class Acceptance:
 
 def walk(tree: CandidateTree, target_choice: list[int]) -> Acceptance:
     """``target_choice[i]`` is the target's token after node i (argmax or a sample)."""
-    node, path, tested = 0, [], 0
-    while True:
-        choice = int(target_choice[node])
-        kids = tree.children[node]
-        if kids:
-            tested += 1
-        child = kids.get(choice)
-        if child is None:
-            tokens = [tree.tokens[i] for i in path] + [choice]
-            return Acceptance(path=path, tokens=tokens, tested=tested)
-        path.append(child)
-        node = child
+    path, bonus, tested = acceptance_op.walk_host(target_choice, tree.tokens, tree.parents)
+    return Acceptance(path=path, tokens=[tree.tokens[i] for i in path] + [bonus], tested=tested)
+
+
+def accept(tree: CandidateTree, logits: mx.array, sampler: Sampler) -> Acceptance:
+    """The target's picks for every node of ``tree`` (logits [N, V] from its verification)
+    and the walk. Where kernels run (a GPU backend, or the emulator), picks and walk run on
+    the device with one read-back; sampled picks there draw by inverse CDF from the same
+    filtered distribution (another random stream, the same distribution). Elsewhere the
+    sampler picks and the walk runs on the host."""
+    if live_executor() is None:
+        record("acceptance", kernel=False)
+        return walk(tree, sampler.sample(logits).tolist())
+    tokens = mx.array(tree.tokens, dtype=mx.int32)
+    parents = mx.array(tree.parents, dtype=mx.int32)
+    if sampler.params.greedy:
+        walked = acceptance_op.run(logits, tokens, parents)
+    else:
+        probs = mx.exp(filtered_logprobs(logits, sampler.params))
+        uniforms = mx.random.uniform(shape=(len(tree),), key=sampler.next_key())
+        walked = acceptance_op.run(probs, tokens, parents, uniforms)
+    path = [int(i) for i in walked.path.tolist() if i >= 0]
+    bonus = int(walked.bonus.item())
+    return Acceptance(path, [tree.tokens[i] for i in path] + [bonus], int(walked.tested.item()))

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import mlx.core as mx
 
-from engine_mlx.decoding.acceptance import walk
+from engine_mlx.decoding.acceptance import accept
 from engine_mlx.decoding.ngram import NGramIndex
 from engine_mlx.decoding.sampling import Sampler
 from engine_mlx.decoding.selector import AcceptanceCalibrator, BlockCandidates, build_tree
@@ -250,9 +250,8 @@ class Speculative:
             mask=tree.attention_mask(prefix),
             capture=self.capture_layers,
         )
-        choice = self.sampler.sample(out.logits[0]).tolist()
+        result = accept(tree, out.logits[0], self.sampler)
         t2 = time.perf_counter()
-        result = walk(tree, choice)
         keep = [0, *result.path]
         self._commit(tree, keep, prefix, snap)
         committed_ids = [tree.tokens[i] for i in keep]

@@ -13,11 +13,12 @@ from the distribution, so the walk stays lossless; it uses another random stream
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import mlx.core as mx
 
-from engine_mlx.kernels.launch import Executor, Launch, live_executor
+from engine_mlx.kernels.launch import Executor, Launch, live_executor, record
 
 CHOICE = "fc_accept_choice"
 WALK = "fc_accept_walk"
@@ -44,44 +45,41 @@ def reference_choice(scores: mx.array, uniforms: mx.array | None) -> mx.array:
     return mx.minimum(picks, scores.shape[-1] - 1).astype(mx.int32)
 
 
-def ancestors(parents: mx.array) -> mx.array:
-    """bool [L, L]: row i marks i and its ancestors (MLX ops, by walking up L times)."""
-    n = parents.shape[0]
-    idx = mx.arange(n)
-    mask = idx[:, None] == idx[None, :]
-    current = parents.astype(mx.int32)
-    for _ in range(max(0, n - 1)):
-        valid = current >= 0
-        mask = mask | (valid[:, None] & (idx[None, :] == current[:, None]))
-        current = mx.where(valid, parents[mx.maximum(current, 0)], -1)
-    return mask
-
-
-def reference_walk(choice: mx.array, tokens: mx.array, parents: mx.array) -> WalkResult:
-    """The walk as array ops: a node is accepted iff every node from the root down to it
-    carries its parent's pick; the accepted nodes form one path (distinct sibling tokens)."""
-    n = tokens.shape[0]
-    idx = mx.arange(n)
-    parent = parents.astype(mx.int32)
-    ok = (parent < 0) | (tokens == choice[mx.maximum(parent, 0)])
-    anc = ancestors(parent)
-    on_path = mx.all(mx.where(anc, ok[None, :], True), axis=1)
-    depth = mx.sum(anc, axis=1) - 1
-    accepted = (mx.sum(on_path) - 1).astype(mx.int32)
-    order = mx.argsort(mx.where(on_path, depth, n + idx)).astype(mx.int32)
-    path = mx.where(idx[: n - 1] < accepted, order[1:], -1) if n > 1 else mx.zeros((0,))
-    path = mx.concatenate([path.astype(mx.int32), mx.array([-1], dtype=mx.int32)])
-    last = mx.argmax(mx.where(on_path, depth, -1))
-    has_child = mx.any(parent[None, :] == idx[:, None], axis=1)
-    tested = mx.sum(on_path & has_child).astype(mx.int32)
-    return WalkResult(path, accepted, choice[last].astype(mx.int32), tested)
+def walk_host(
+    choice: Sequence[int], tokens: Sequence[int], parents: Sequence[int]
+) -> tuple[list[int], int, int]:
+    """The walk itself, the one definition the engine and the kernel are held to: from the
+    root, descend to the child carrying the node's pick while there is one. Returns the
+    accepted node ids (root excluded), the bonus token and the walked nodes that have
+    children."""
+    children: list[dict[int, int]] = [{} for _ in tokens]
+    for node in range(1, len(tokens)):
+        children[int(parents[node])][int(tokens[node])] = node
+    node, path, tested = 0, [], 0
+    while True:
+        pick = int(choice[node])
+        if children[node]:
+            tested += 1
+        child = children[node].get(pick)
+        if child is None:
+            return path, pick, tested
+        path.append(child)
+        node = child
 
 
 def reference(
     scores: mx.array, tokens: mx.array, parents: mx.array, uniforms: mx.array | None = None
 ) -> WalkResult:
     """scores [L, V] logits (greedy) or probabilities (with ``uniforms`` [L])."""
-    return reference_walk(reference_choice(scores, uniforms), tokens, parents)
+    choice = reference_choice(scores, uniforms).tolist()
+    path, bonus, tested = walk_host(choice, tokens.tolist(), parents.tolist())
+    padded = path + [-1] * (tokens.shape[0] - len(path))
+    return WalkResult(
+        mx.array(padded, dtype=mx.int32),
+        mx.array(len(path), dtype=mx.int32),
+        mx.array(bonus, dtype=mx.int32),
+        mx.array(tested, dtype=mx.int32),
+    )
 
 
 def kernel(
@@ -139,6 +137,7 @@ def run(
 ) -> WalkResult:
     """The kernels where their backend is live; else the reference."""
     executor = live_executor()
+    record("acceptance", executor is not None)
     if executor is None:
         return reference(scores, tokens, parents, uniforms)
     return kernel(scores, tokens, parents, uniforms, executor)

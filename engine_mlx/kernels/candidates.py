@@ -15,7 +15,7 @@ import math
 
 import mlx.core as mx
 
-from engine_mlx.kernels.launch import Executor, Launch, live_executor
+from engine_mlx.kernels.launch import Executor, Launch, live_executor, record
 
 TOPK = "fc_topk"
 PATH_SCORES = "fc_path_scores"
@@ -107,7 +107,9 @@ def kernel_path_scores(
 def topk(logits: mx.array, k: int) -> tuple[mx.array, mx.array]:
     """The kernel where its backend is live; else the reference."""
     executor = live_executor()
-    if executor is None or min(k, logits.shape[-1]) > KMAX:
+    usable = executor is not None and min(k, logits.shape[-1]) <= KMAX
+    record("candidate_topk", usable)
+    if not usable:
         return reference_topk(logits, k)
     return kernel_topk(logits, k, executor)
 
@@ -117,6 +119,7 @@ def path_scores(
 ) -> tuple[mx.array, mx.array]:
     """The kernel where its backend is live; else the reference."""
     executor = live_executor()
+    record("path_scores", executor is not None)
     if executor is None:
         return reference_path_scores(probs, hits, trials, prior_weight)
     return kernel_path_scores(probs, hits, trials, prior_weight, executor)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from engine_mlx.kernels.launch import Executor, Launch, live_executor
+from engine_mlx.kernels.launch import Executor, Launch, live_executor, record
 
 KERNEL = "fc_kv_compact"
 
@@ -64,6 +64,7 @@ def gather(
 ) -> tuple[mx.array, mx.array]:
     """The kernel where its backend is live; else the reference."""
     executor = live_executor()
+    record("kv_compact", executor is not None)
     if executor is None:
         return reference(keys, values, start, keep)
     return kernel(keys, values, start, keep, executor)

@@ -11,7 +11,7 @@ file's body and the backend's prelude; the emulator executor runs the same body 
 
 from __future__ import annotations
 
-import os
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -19,22 +19,60 @@ from typing import Any, Protocol
 import mlx.core as mx
 import numpy as np
 
-from engine_mlx.backend import live_device
+from engine_mlx.backend import KERNEL_SWITCH, kernel_path, kernels_enabled, live_device
 from metal_kernels import sources
 
-ENV_SWITCH = "FLASHCHAT_KERNELS"
+ENV_SWITCH = KERNEL_SWITCH
 TemplateArg = tuple[str, "mx.Dtype | int | bool"]
-
-
-def kernels_enabled() -> bool:
-    """False when ``FLASHCHAT_KERNELS=0``: every op runs its MLX reference (for comparison)."""
-    return os.environ.get(ENV_SWITCH, "1").strip().lower() not in ("0", "false", "off", "no")
 
 
 def live_backend() -> str | None:
     """ "metal" or "cuda" when that MLX backend is live and kernels are on; else None."""
     device = live_device()
     return device if device in ("metal", "cuda") and kernels_enabled() else None
+
+
+class _Calls:
+    """How often each op ran its kernel ("calls") and, on a kernel path, how often it fell
+    back to its reference (shapes the kernel does not take), process-wide."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.calls: dict[str, int] = {}
+        self.fallbacks: dict[str, int] = {}
+
+    def record(self, op: str, kernel: bool) -> None:
+        with self._lock:
+            table = self.calls if kernel or kernel_path() == "reference" else self.fallbacks
+            table[op] = table.get(op, 0) + 1
+
+    def snapshot(self) -> tuple[dict[str, int], dict[str, int]]:
+        with self._lock:
+            return dict(self.calls), dict(self.fallbacks)
+
+
+CALLS = _Calls()
+
+
+def record(op: str, kernel: bool) -> None:
+    """Count one call of ``op`` (``kernel``: its kernel ran, else its reference)."""
+    CALLS.record(op, kernel)
+
+
+def calls_since(before: tuple[dict[str, int], dict[str, int]]) -> dict[str, object]:
+    """``stats.kernels``: the path and the calls per op since ``before`` (a snapshot)."""
+    now_calls, now_fallbacks = CALLS.snapshot()
+    old_calls, old_fallbacks = before
+    calls = {k: v - old_calls.get(k, 0) for k, v in now_calls.items() if v > old_calls.get(k, 0)}
+    fallbacks = {
+        k: v - old_fallbacks.get(k, 0)
+        for k, v in now_fallbacks.items()
+        if v > old_fallbacks.get(k, 0)
+    }
+    out: dict[str, object] = {"path": kernel_path(), "calls": dict(sorted(calls.items()))}
+    if fallbacks:
+        out["fallbacks"] = dict(sorted(fallbacks.items()))
+    return out
 
 
 @dataclass(frozen=True)
@@ -159,14 +197,14 @@ class EmulatorExecutor:
         return mx.array(result)
 
 
-_gpu: dict[str, GpuExecutor] = {}
+_executors: dict[str, Executor] = {}
 
 
 def live_executor() -> Executor | None:
-    """The executor for the live GPU backend, or None (then ops run their references)."""
-    backend = live_backend()
-    if backend is None:
+    """The executor for ``kernel_path()``, or None (then ops run their references)."""
+    path = kernel_path()
+    if path == "reference":
         return None
-    if backend not in _gpu:
-        _gpu[backend] = GpuExecutor(backend)
-    return _gpu[backend]
+    if path not in _executors:
+        _executors[path] = EmulatorExecutor() if path == "emulated" else GpuExecutor(path)
+    return _executors[path]

@@ -11,7 +11,7 @@ import math
 
 import mlx.core as mx
 
-from engine_mlx.kernels.launch import Executor, Launch, live_executor
+from engine_mlx.kernels.launch import Executor, Launch, live_executor, record
 
 KERNEL = "fc_local_conv"
 DTYPES = (mx.float16, mx.bfloat16, mx.float32)
@@ -58,6 +58,7 @@ def kernel(x: mx.array, weight: mx.array, bias: mx.array | None, executor: Execu
 def run(x: mx.array, weight: mx.array, bias: mx.array | None = None) -> mx.array:
     """The kernel where its backend is live; else the reference."""
     executor = live_executor()
+    record("local_conv", executor is not None)
     if executor is None:
         return reference(x, weight, bias)
     return kernel(x, weight, bias, executor)

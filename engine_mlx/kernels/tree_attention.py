@@ -14,7 +14,7 @@ import math
 
 import mlx.core as mx
 
-from engine_mlx.kernels.launch import Executor, Launch, live_executor
+from engine_mlx.kernels.launch import Executor, Launch, live_executor, record
 
 PARTIAL = "fc_tree_attention_partial"
 COMBINE = "fc_tree_attention_combine"
@@ -132,6 +132,8 @@ def kernel(
 def run(q: mx.array, k: mx.array, v: mx.array, tree_mask: mx.array, scale: float) -> mx.array:
     """The kernel where its backend is live and it takes these shapes; else the reference."""
     executor = live_executor()
-    if executor is None or not supported(q):
+    usable = executor is not None and supported(q)
+    record("tree_attention", usable)
+    if not usable:
         return reference(q, k, v, tree_mask, scale)
     return kernel(q, k, v, tree_mask, scale, executor)

@@ -25,6 +25,7 @@ from mlx_lm.models.qwen3 import MLP
 from mlx_lm.models.rope_utils import initialize_rope
 
 from engine_mlx.errors import ModelLoadError
+from engine_mlx.kernels import local_conv
 from engine_mlx.models.loading import check_safetensors, read_config
 from engine_mlx.models.metadata import check_config
 from engine_mlx.models.weights import weight_mismatch
@@ -119,7 +120,9 @@ def default_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> l
 
 
 class LocalConv(nn.Module):
-    """Depthwise causal convolution along the block axis (DFlash2)."""
+    """Depthwise causal convolution along the block axis (DFlash2). The op itself is
+    ``kernels.local_conv`` (its kernel on a GPU, its MLX reference on the CPU): one
+    definition for the drafter, training and the kernel."""
 
     def __init__(self, hidden: int, kernel: int, bias: bool = False) -> None:
         super().__init__()
@@ -128,11 +131,10 @@ class LocalConv(nn.Module):
             self.bias = mx.zeros((hidden,))
 
     def __call__(self, x: mx.array) -> mx.array:
-        k = self.weight.shape[1]
-        padded = mx.pad(x, [(0, 0), (k - 1, 0), (0, 0)])
-        length = x.shape[1]
-        out = sum(padded[:, i : i + length] * self.weight[:, i] for i in range(k))
-        return out + self.bias if "bias" in self else out
+        bias = self.bias if "bias" in self else None
+        if self.training:  # kernels have no gradients: training differentiates the reference
+            return local_conv.reference(x, self.weight, bias)
+        return local_conv.run(x, self.weight, bias)
 
 
 class DFlashAttention(nn.Module):
@@ -279,6 +281,7 @@ def load_dflash(path: str | Path) -> DFlashModel:
     expected = dict(tree_flatten(model.parameters()))
     model.load_weights([(k, v) for k, v in weights.items() if k in expected])
     mx.eval(model.parameters())
+    model.eval()  # inference: kernels where a GPU backend runs them (training resumes train())
     return model
 
 

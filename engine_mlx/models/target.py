@@ -22,6 +22,7 @@ from mlx_lm.models.cache import ArraysCache, KVCache, make_prompt_cache
 
 from engine_mlx.backend import compute_dtype
 from engine_mlx.errors import ModelLoadError
+from engine_mlx.kernels import kv_compact
 from engine_mlx.models import attention
 from engine_mlx.models.loading import ModelSpec, validate_model_folder
 
@@ -207,16 +208,11 @@ class TargetModel:
     def compact(self, cache: list[Any], start: int, keep: list[int]) -> None:
         """After a tree verification that appended nodes at ``start``: keep the rows of
         nodes ``keep`` (in order) at ``start, start+1, ...`` and drop the rest."""
-        n = len(keep)
-        moved = keep != list(range(n))
-        idx = mx.array([start + k for k in keep], dtype=mx.int32) if moved and n else None
         for c in cache:
             if not isinstance(c, KVCache):
                 raise ValueError("tree compaction needs attention (KV) caches only")
-            if idx is not None:
-                c.keys[..., start : start + n, :] = mx.take(c.keys, idx, axis=2)
-                c.values[..., start : start + n, :] = mx.take(c.values, idx, axis=2)
-            c.offset = start + n
+            c.keys, c.values = kv_compact.compact(c.keys, c.values, start, keep)
+            c.offset = start + len(keep)
 
     def snapshot(self, cache: list[Any]) -> CacheSnapshot:
         """Cheap: KV layers keep their offset (rows below it are never overwritten by

@@ -9,7 +9,9 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
+from engine_mlx import backend as engine_backend
 from engine_mlx.kernels import (
+    EmulatorExecutor,
     GpuExecutor,
     Launch,
     acceptance,
@@ -49,12 +51,22 @@ def test_cpu_runs_the_references():
 @pytest.mark.parametrize("backend", ["metal", "cuda"])
 def test_switch_turns_kernels_off(monkeypatch, backend):
     monkeypatch.setattr(launch, "live_device", lambda: backend)
+    monkeypatch.setattr(engine_backend, "live_device", lambda: backend)
     monkeypatch.delenv(launch.ENV_SWITCH, raising=False)
     assert launch.live_backend() == backend
     assert isinstance(launch.live_executor(), GpuExecutor)
     monkeypatch.setenv(launch.ENV_SWITCH, "0")
     assert not launch.kernels_enabled()
     assert launch.live_backend() is None and launch.live_executor() is None
+    assert engine_backend.kernel_description() == "reference ops (kernels switched off)"
+    monkeypatch.setenv(launch.ENV_SWITCH, "emulate")
+    assert isinstance(launch.live_executor(), EmulatorExecutor)
+    assert engine_backend.kernel_description().startswith("kernels in the CPU emulator: ")
+    monkeypatch.delenv(launch.ENV_SWITCH)
+    label = "Metal" if backend == "metal" else "CUDA"
+    assert engine_backend.kernel_description() == (
+        f"{label} kernels: acceptance, KV compaction, local convolution"
+    )
 
 
 class Recorder:

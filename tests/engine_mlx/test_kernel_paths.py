@@ -1,0 +1,68 @@
+"""Real generations through the kernels: with ``FLASHCHAT_KERNELS=emulate`` every wired kernel
+of a DFlash2 or MTP reply runs in the CPU emulator, and the tokens are plain decoding's;
+``stats.kernels`` says which path ran and counts each kernel, so a silent fallback shows.
+The forced-reference switch gives the same tokens."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine_mlx.config import GenerationConfig
+from engine_mlx.decoding.dflash_drafter import DFlashDrafter
+from engine_mlx.decoding.mtp_drafter import MTPDrafter
+from engine_mlx.kernels.launch import ENV_SWITCH
+from engine_mlx.session import Session
+from tests.support.drafters import OracleDrafter, random_dflash, random_mtp_head
+
+PROMPT = "Hello world, the quick brown fox"
+
+
+def _run(session: Session, ids: list[int], **kw):
+    config = GenerationConfig(max_tokens=20, ignore_eos=True, **kw)
+    return list(session.generate(ids, config))[-1]
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3", "qwen3_5"])
+@pytest.mark.parametrize("conv", [0, 4])
+def test_emulated_kernels_give_plain_greedy_tokens(arch, conv, tiny_target, monkeypatch):
+    target = tiny_target(arch)
+    ids = target.tokenizer.encode(PROMPT)
+    plain = _run(Session(target), ids)
+    model = random_dflash(target, conv=conv)
+    model.eval()  # inference, as a loaded drafter is
+    session = Session(target, DFlashDrafter(model, target))
+    monkeypatch.setenv(ENV_SWITCH, "emulate")
+    for width in (1, 3):
+        result = _run(session, ids, mode="dflash2", width=width, lookup=False)
+        assert result.tokens == plain.tokens, width
+        kernels = result.stats.kernels
+        assert kernels["path"] == "emulated" and "fallbacks" not in kernels
+        assert kernels["calls"]["acceptance"] >= 1
+        assert ("local_conv" in kernels["calls"]) == bool(conv)
+    # Accepted paths off the tree's first branch move K/V rows (the hybrid replays instead):
+    # an oracle drafter's tree of width 3 is accepted along such paths.
+    oracle = _run(Session(target, OracleDrafter(target)), ids, mode="dflash2", width=3)
+    assert oracle.tokens == plain.tokens
+    if not target.is_hybrid:
+        assert oracle.stats.kernels["calls"]["kv_compact"] >= 1
+    monkeypatch.setenv(ENV_SWITCH, "0")
+    forced = _run(session, ids, mode="dflash2", width=3, lookup=False)
+    assert forced.tokens == plain.tokens
+    assert forced.stats.kernels["path"] == "reference"
+
+
+def test_emulated_mtp_gives_plain_greedy_tokens(tiny_target, monkeypatch):
+    target = tiny_target("qwen3")
+    ids = target.tokenizer.encode(PROMPT)
+    plain = _run(Session(target), ids)
+    session = Session(target, mtp=MTPDrafter(random_mtp_head(target), target, steps=3))
+    monkeypatch.setenv(ENV_SWITCH, "emulate")
+    result = _run(session, ids, mode="mtp")
+    assert result.tokens == plain.tokens
+    assert result.stats.kernels["calls"]["acceptance"] >= 1
+
+
+def test_plain_decoding_reports_its_path(tiny_target):
+    target = tiny_target("llama")
+    result = _run(Session(target), target.tokenizer.encode(PROMPT))
+    assert result.stats.kernels == {"path": "reference", "calls": {}}
