@@ -43,9 +43,9 @@ class BackendInfo:
 
 
 KERNEL_SWITCH = "FLASHCHAT_KERNELS"
-KERNEL_OPS = ("acceptance", "KV compaction", "local convolution")
-"""The kernels a generation runs today (``engine_mlx/kernels``); tree attention and the
-candidate top-k are written and tested on their own, not yet called by the engine."""
+KERNEL_OPS = ("tree attention", "acceptance", "KV compaction", "local convolution")
+"""The kernels a generation runs today (``engine_mlx/kernels``); the candidate top-k and path
+scores are written and tested on their own, not yet called by the engine."""
 
 
 def kernels_enabled() -> bool:

@@ -249,6 +249,7 @@ class Speculative:
             positions=tree.positions(prefix),
             mask=tree.attention_mask(prefix),
             capture=self.capture_layers,
+            tree=mx.array(tree.ancestor_mask()),
         )
         result = accept(tree, out.logits[0], self.sampler)
         t2 = time.perf_counter()

@@ -35,6 +35,9 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
+from engine_mlx.kernels import tree_attention
+from engine_mlx.kernels.launch import live_executor, record
+
 MIN_SCORES = 9 * 512  # below this many scores per KV head group, the fused kernel is faster
 
 _state = threading.local()
@@ -89,6 +92,19 @@ def numpy_softmax_attention(
 
 
 def _dispatch(queries, keys, values, cache, scale, mask, sinks=None):
+    tree = getattr(_state, "tree", None)
+    if tree is not None and queries.shape[2] == tree.shape[0]:  # a verification forward
+        executor = live_executor()
+        usable = (
+            executor is not None
+            and sinks is None
+            and not hasattr(cache, "bits")
+            and queries.shape[0] == 1
+            and tree_attention.supported(queries)
+        )
+        record("tree_attention", usable)
+        if usable:
+            return tree_attention.kernel(queries, keys, values, tree, scale, executor)
     use_numpy = (
         getattr(_state, "active", False)
         and sinks is None
@@ -119,11 +135,16 @@ def install(module_names: set[str]) -> None:
 
 
 class active:
-    """Context manager: the engine's forward is running on this thread."""
+    """Context manager: the engine's forward is running on this thread (``tree``: a
+    verification forward's ancestor mask, for the tree-verify kernel)."""
+
+    def __init__(self, tree: mx.array | None = None) -> None:
+        self.tree = tree
 
     def __enter__(self) -> None:
-        self._previous = getattr(_state, "active", False)
+        self._previous = (getattr(_state, "active", False), getattr(_state, "tree", None))
         _state.active = numpy_path_available()
+        _state.tree = self.tree
 
     def __exit__(self, *exc: object) -> None:
-        _state.active = self._previous
+        _state.active, _state.tree = self._previous

@@ -146,6 +146,7 @@ class TargetModel:
         mask: mx.array | None = None,
         capture: tuple[int, ...] | list[int] = (),
         last_only: bool = False,
+        tree: mx.array | None = None,
     ) -> ForwardOutput:
         """One forward over ``tokens`` ([L] or [1, L]) appended to ``cache``.
 
@@ -153,7 +154,9 @@ class TargetModel:
         [L, cache_len + L], True = may attend) overrides the causal mask of attention
         layers. ``capture`` lists layer ids whose outputs are returned (after the layer,
         as HF ``hidden_states[lid + 1]``). ``last_only`` computes logits for the last
-        token only (prefill).
+        token only (prefill). ``tree`` (bool [L, L], a node and its ancestors; a chain's is
+        lower-triangular) marks a verification forward: where kernels run, its attention is
+        the tree-verify kernel's (the mask it implies is ``mask``'s, or causal).
         """
         inputs = tokens[None] if tokens.ndim == 1 else tokens
         h = self.embed(inputs)
@@ -167,7 +170,7 @@ class TargetModel:
         captured: dict[int, mx.array] = {}
         self._positions.positions = None if positions is None else positions.astype(mx.int32)
         try:
-            with attention.active():
+            with attention.active(tree):
                 for lid, (layer, layer_cache) in enumerate(zip(self.layers, cache, strict=True)):
                     layer_mask = ssm_mask if getattr(layer, "is_linear", False) else attn_mask
                     h = layer(h, layer_mask, layer_cache)

@@ -11,8 +11,10 @@ from engine_mlx.config import GenerationConfig
 from engine_mlx.decoding.dflash_drafter import DFlashDrafter
 from engine_mlx.decoding.mtp_drafter import MTPDrafter
 from engine_mlx.kernels.launch import ENV_SWITCH
+from engine_mlx.models.target import TargetModel
 from engine_mlx.session import Session
 from tests.support.drafters import OracleDrafter, random_dflash, random_mtp_head
+from tests.support.tiny_models import build_tiny_model
 
 PROMPT = "Hello world, the quick brown fox"
 
@@ -22,10 +24,25 @@ def _run(session: Session, ids: list[int], **kw):
     return list(session.generate(ids, config))[-1]
 
 
+@pytest.fixture(scope="module")
+def wide_heads(tmp_path_factory):
+    """Tiny targets with head size 64, one the tree-verify kernel takes."""
+    built: dict[str, TargetModel] = {}
+
+    def get(arch: str) -> TargetModel:
+        if arch not in built:
+            folder = tmp_path_factory.mktemp(f"wide_{arch}")
+            built[arch] = TargetModel.load(build_tiny_model(arch, folder, head_dim=64))
+        return built[arch]
+
+    return get
+
+
+@pytest.mark.slow  # the emulator runs every kernel launch as real threads: ~10 s each
 @pytest.mark.parametrize("arch", ["llama", "qwen3", "qwen3_5"])
 @pytest.mark.parametrize("conv", [0, 4])
-def test_emulated_kernels_give_plain_greedy_tokens(arch, conv, tiny_target, monkeypatch):
-    target = tiny_target(arch)
+def test_emulated_kernels_give_plain_greedy_tokens(arch, conv, wide_heads, monkeypatch):
+    target = wide_heads(arch)
     ids = target.tokenizer.encode(PROMPT)
     plain = _run(Session(target), ids)
     model = random_dflash(target, conv=conv)
@@ -38,6 +55,7 @@ def test_emulated_kernels_give_plain_greedy_tokens(arch, conv, tiny_target, monk
         kernels = result.stats.kernels
         assert kernels["path"] == "emulated" and "fallbacks" not in kernels
         assert kernels["calls"]["acceptance"] >= 1
+        assert kernels["calls"]["tree_attention"] >= 1  # the width-1 chain's verify too
         assert ("local_conv" in kernels["calls"]) == bool(conv)
     # Accepted paths off the tree's first branch move K/V rows (the hybrid replays instead):
     # an oracle drafter's tree of width 3 is accepted along such paths.
@@ -51,8 +69,8 @@ def test_emulated_kernels_give_plain_greedy_tokens(arch, conv, tiny_target, monk
     assert forced.stats.kernels["path"] == "reference"
 
 
-def test_emulated_mtp_gives_plain_greedy_tokens(tiny_target, monkeypatch):
-    target = tiny_target("qwen3")
+def test_emulated_mtp_gives_plain_greedy_tokens(wide_heads, monkeypatch):
+    target = wide_heads("qwen3")
     ids = target.tokenizer.encode(PROMPT)
     plain = _run(Session(target), ids)
     session = Session(target, mtp=MTPDrafter(random_mtp_head(target), target, steps=3))
@@ -60,6 +78,17 @@ def test_emulated_mtp_gives_plain_greedy_tokens(tiny_target, monkeypatch):
     result = _run(session, ids, mode="mtp")
     assert result.tokens == plain.tokens
     assert result.stats.kernels["calls"]["acceptance"] >= 1
+    assert result.stats.kernels["calls"]["tree_attention"] >= 1
+
+
+def test_head_sizes_the_kernel_does_not_take_show_as_fallbacks(tiny_target, monkeypatch):
+    target = tiny_target("llama")  # head size 16
+    ids = target.tokenizer.encode(PROMPT)
+    plain = _run(Session(target), ids)
+    monkeypatch.setenv(ENV_SWITCH, "emulate")
+    result = _run(Session(target, OracleDrafter(target)), ids, mode="dflash2", width=3)
+    assert result.tokens == plain.tokens
+    assert result.stats.kernels["fallbacks"]["tree_attention"] >= 1
 
 
 def test_plain_decoding_reports_its_path(tiny_target):

@@ -131,11 +131,13 @@ def build_tiny_model(
     max_context: int = 512,
     chat_template: bool = True,
     vocab_size: int | None = None,
+    head_dim: int | None = None,
 ) -> Path:
     """Write config.json, model.safetensors and tokenizer files for ``arch`` into ``out``.
 
     ``vocab_size`` smaller than the tokenizer's makes a tiny-vocabulary model for
-    distribution tests (prompts are then given as ids)."""
+    distribution tests (prompts are then given as ids); ``head_dim`` overrides the
+    attention head size (the tree-verify kernel takes 64 and 128)."""
     from mlx_lm.utils import _get_classes
 
     vocab = write_tokenizer(out)
@@ -151,6 +153,7 @@ def build_tiny_model(
         "max_position_embeddings": max_context,
         "eos_token_id": eos,
         "torch_dtype": "float32",
+        **({"head_dim": head_dim} if head_dim else {}),
     }
     (out / "config.json").write_text(json.dumps(config, indent=1))
     model_cls, args_cls = _get_classes(config)
