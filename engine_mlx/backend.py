@@ -43,9 +43,15 @@ class BackendInfo:
 
 
 KERNEL_SWITCH = "FLASHCHAT_KERNELS"
-KERNEL_OPS = ("tree attention", "acceptance", "KV compaction", "local convolution")
-"""The kernels a generation runs today (``engine_mlx/kernels``); the candidate top-k and path
-scores are written and tested on their own, not yet called by the engine."""
+KERNEL_OPS = (
+    "tree attention",
+    "acceptance",
+    "candidate top-k",
+    "path scores",
+    "KV compaction",
+    "local convolution",
+)
+"""The kernels a generation runs (``engine_mlx/kernels``), for ``info`` and the status bar."""
 
 
 def kernels_enabled() -> bool:

@@ -17,6 +17,8 @@ from mlx_lm.models.cache import KVCache
 
 from engine_mlx.decoding.draft_vocab import DraftVocabulary
 from engine_mlx.decoding.selector import BlockCandidates
+from engine_mlx.kernels import candidates
+from engine_mlx.kernels.launch import live_executor, record
 from engine_mlx.models.dflash import DFlashConfig, DFlashModel, DrafterMismatchError
 from engine_mlx.models.loading import ModelSpec
 from engine_mlx.models.target import TargetModel
@@ -143,10 +145,19 @@ class DFlashDrafter:
         return self.target.head(hidden)
 
     def propose(self, root: int, depth: int, top_k: int) -> BlockCandidates:
-        """Top-k tokens and probabilities per position. The selection runs in numpy: MLX's
-        CPU softmax evaluates ``exp`` element by element (~17 ns each, 344k of them for 7
-        positions of a 49k vocabulary), numpy's is vectorised (~1 ns)."""
-        logits = np.array(self.block_logits(root, depth).astype(mx.float32))
+        """Top-k tokens and probabilities per position: on the device where kernels run
+        (``kernels.candidates.topk``), else in numpy: MLX's CPU softmax evaluates ``exp``
+        element by element (~17 ns each, 344k of them for 7 positions of a 49k vocabulary),
+        numpy's is vectorised (~1 ns)."""
+        block_logits = self.block_logits(root, depth)
+        if live_executor() is not None:  # a GPU backend (or the emulator): top-k on the device
+            ids, probs_mx = candidates.topk(block_logits, top_k)
+            tokens, chosen = np.array(ids), np.array(probs_mx)
+            if self.vocab is not None:
+                tokens = self.vocab.ids[tokens]
+            return BlockCandidates(tokens, chosen)
+        record("candidate_topk", kernel=False)
+        logits = np.array(block_logits.astype(mx.float32))
         k = max(1, min(top_k, logits.shape[-1]))
         top = np.argpartition(-logits, kth=k - 1, axis=-1)[:, :k]
         peak = logits.max(axis=-1, keepdims=True)

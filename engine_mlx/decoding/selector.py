@@ -12,12 +12,15 @@ observed acceptance is counted in bins of draft probability.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+import mlx.core as mx
 import numpy as np
 
 from engine_mlx.decoding.acceptance import Acceptance
 from engine_mlx.decoding.tree import CandidateTree
+from engine_mlx.kernels import candidates
+from engine_mlx.kernels.launch import live_executor, record
 
 NGRAM_PRIOR = 0.5  # prior acceptance of a prompt-lookup token before any observation
 
@@ -45,6 +48,22 @@ class AcceptanceCalibrator:
         w = self.prior_weight
         return float((hits[d, b] + w * prob) / (trials[d, b] + w))
 
+    def block_estimates(self, source: str, block: BlockCandidates) -> BlockCandidates:
+        """``block`` with every candidate's estimate computed at once where kernels run
+        (``kernels.candidates.path_scores``: the same cells and formula as ``estimate``, next
+        to the drafter's output); elsewhere unchanged (the tree builder asks ``estimate``)."""
+        if live_executor() is None:
+            record("path_scores", kernel=False)
+            return block
+        hits, trials = self._arrays(source)
+        accept, _ = candidates.path_scores(
+            mx.array(block.probs, dtype=mx.float32),
+            mx.array(hits, dtype=mx.float32),
+            mx.array(trials, dtype=mx.float32),
+            self.prior_weight,
+        )
+        return replace(block, accept=np.array(accept))
+
     def observe(self, tree: CandidateTree, result: Acceptance) -> None:
         """Every child of every node the walk visited was tested against the target."""
         accepted = set(result.path)
@@ -62,6 +81,7 @@ class BlockCandidates:
 
     tokens: np.ndarray  # [depth, k] int
     probs: np.ndarray  # [depth, k] float
+    accept: np.ndarray | None = None  # [depth, k] calibrated estimates, where precomputed
 
 
 def build_tree(
@@ -93,8 +113,12 @@ def build_tree(
         if depth > max_depth:
             return
         if block is not None and depth <= len(block.tokens):
-            for token, prob in zip(block.tokens[depth - 1], block.probs[depth - 1], strict=True):
-                a = calibrator.estimate(block_source, depth, float(prob))
+            row = zip(block.tokens[depth - 1], block.probs[depth - 1], strict=True)
+            for rank, (token, prob) in enumerate(row):
+                if block.accept is not None:
+                    a = float(block.accept[depth - 1, rank])
+                else:
+                    a = calibrator.estimate(block_source, depth, float(prob))
                 sub = level.get(int(token)) if level else None
                 entry = (-score * a, counter, node, int(token), float(prob), block_source, sub)
                 heapq.heappush(heap, entry)

@@ -287,6 +287,7 @@ class Speculative:
         block = None
         if self.drafter is not None:
             block = self.drafter.propose(root, max_depth, top_k=self.width)
+            block = self.calibrator.block_estimates(self.name, block)
         paths = self.lookup.continuations(max_depth, self.width) if self.lookup else None
         return build_tree(
             root,

@@ -56,6 +56,7 @@ def test_emulated_kernels_give_plain_greedy_tokens(arch, conv, wide_heads, monke
         assert kernels["path"] == "emulated" and "fallbacks" not in kernels
         assert kernels["calls"]["acceptance"] >= 1
         assert kernels["calls"]["tree_attention"] >= 1  # the width-1 chain's verify too
+        assert kernels["calls"]["candidate_topk"] >= 1 and kernels["calls"]["path_scores"] >= 1
         assert ("local_conv" in kernels["calls"]) == bool(conv)
     # Accepted paths off the tree's first branch move K/V rows (the hybrid replays instead):
     # an oracle drafter's tree of width 3 is accepted along such paths.
@@ -79,6 +80,7 @@ def test_emulated_mtp_gives_plain_greedy_tokens(wide_heads, monkeypatch):
     assert result.tokens == plain.tokens
     assert result.stats.kernels["calls"]["acceptance"] >= 1
     assert result.stats.kernels["calls"]["tree_attention"] >= 1
+    assert result.stats.kernels["calls"]["path_scores"] >= 1
 
 
 def test_head_sizes_the_kernel_does_not_take_show_as_fallbacks(tiny_target, monkeypatch):

@@ -65,7 +65,8 @@ def test_switch_turns_kernels_off(monkeypatch, backend):
     monkeypatch.delenv(launch.ENV_SWITCH)
     label = "Metal" if backend == "metal" else "CUDA"
     assert engine_backend.kernel_description() == (
-        f"{label} kernels: tree attention, acceptance, KV compaction, local convolution"
+        f"{label} kernels: tree attention, acceptance, candidate top-k, path scores, "
+        "KV compaction, local convolution"
     )
 
 
