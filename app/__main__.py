@@ -7,12 +7,14 @@ import os
 import sys
 
 import engine_mlx  # noqa: F401  (the BLAS before mlx)
+from engine_mlx.version import version
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="flashchat")
     parser.add_argument("--model", default="", help="model folder (default: the demo model)")
     parser.add_argument("--drafter", default="", help="DFlash drafter folder")
+    parser.add_argument("--version", action="version", version=f"FlashChat {version()}")
     args = parser.parse_args(argv)
     if sys.platform.startswith("linux") and not (
         os.environ.get("DISPLAY")
@@ -30,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
 
     qt_app = QApplication(sys.argv[:1])
     qt_app.setApplicationName("FlashChat")
+    qt_app.setApplicationVersion(version())
     window = MainWindow(args.model, args.drafter)
     window.show()
     return qt_app.exec()

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QEvent, QObject, Qt, QThread, Signal, Slot
 from PySide6.QtGui import (
+    QAction,
     QCloseEvent,
     QDragEnterEvent,
     QDropEvent,
@@ -30,6 +31,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QMainWindow,
+    QMessageBox,
     QPlainTextEdit,
     QProgressBar,
     QPushButton,
@@ -41,6 +43,7 @@ from PySide6.QtWidgets import (
 from app.connect_dialog import ConnectDialog
 from app.download_worker import LibraryWorker
 from app.engine_worker import EngineWorker
+from app.first_run import NoModelPanel, has_any_model
 from app.local_server import LocalServer
 from app.messages import LiveUpdate, ModelInfo
 from app.settings_dialog import SettingsDialog
@@ -61,9 +64,10 @@ from app.widgets.speed_panel import SpeedPanel
 from engine_mlx.errors import EngineError
 from engine_mlx.events import Finished, ModeSwitch, Started, Tokens
 from engine_mlx.library.hub import endpoint_hosts
-from engine_mlx.library.sources import SourceError
+from engine_mlx.library.sources import SourceError, parse_drop
 from engine_mlx.modes import Mode, fallback
 from engine_mlx.remote import Endpoint
+from engine_mlx.version import version
 
 ICON = Path(__file__).resolve().parents[1] / "resources" / "icons" / "flashchat.svg"
 CONTEXT_WARNING = 0.9  # warn when the conversation fills this share of the context
@@ -86,6 +90,7 @@ class MainWindow(QMainWindow):
         self.max_context = 0
         self.generating = False
         self.available_modes: list[str] = []
+        self.first_run: NoModelPanel | None = None
         self._backend_summary = ""  # the status bar's resting message once a model is loaded
         self._build_ui()
         if self.store.is_temporary:
@@ -96,8 +101,11 @@ class MainWindow(QMainWindow):
             self.restoreGeometry(QByteArray.fromBase64(self.settings.window_geometry.encode()))
         else:
             self.resize(1280, 800)
-        self.model_bar.status.setText("Loading model…")
-        self.request_load.emit(model_path, drafter_path)
+        if not model_path and not has_any_model():
+            self._show_first_run()
+        else:
+            self.model_bar.status.setText("Loading model…")
+            self.request_load.emit(model_path, drafter_path)
 
     # ---------------------------------------------------------------- history file
     def _open_store(self) -> tuple[ConversationStore, AppSettings]:
@@ -222,6 +230,7 @@ class MainWindow(QMainWindow):
         row.addWidget(self.send_button)
         center = QWidget(self)
         col = QVBoxLayout(center)
+        self._center_column = col
         col.setContentsMargins(0, 0, 0, 0)
         col.addWidget(self.model_bar)
         col.addWidget(self.storage_banner)
@@ -267,6 +276,9 @@ class MainWindow(QMainWindow):
         QShortcut(QKeySequence.StandardKey.Paste, self, activated=self.paste_source)
         self.model_bar.library_requested.connect(self.open_library)
         self.model_bar.connect_requested.connect(self.open_connect)
+        about = self.menuBar().addMenu("&Help").addAction("About FlashChat")
+        about.setMenuRole(QAction.MenuRole.AboutRole)  # macOS: in the application menu
+        about.triggered.connect(self.show_about)
         self.model_bar.remote_specs = self._saved_remote_models()
         self.model_bar.refresh()
 
@@ -351,9 +363,38 @@ class MainWindow(QMainWindow):
             return True
         return super().eventFilter(watched, event)
 
+    def _show_first_run(self) -> None:
+        """No model anywhere: explain, and offer the demo model or a file (the library
+        installs it; ``_on_library_changed`` loads it)."""
+        self.model_bar.status.setText("No model installed")
+        self.first_run = NoModelPanel(self)
+        self.first_run.download_requested.connect(self._install_text)
+        self.first_run.file_chosen.connect(self._install_path)
+        self.chat.hide()
+        column = self._center_column
+        column.insertWidget(column.indexOf(self.chat) + 1, self.first_run, 1)
+
+    def _install_text(self, text: str) -> None:
+        self.open_library()
+        self.library_view.start(parse_drop([], [], text, endpoint_hosts()))
+
+    def _install_path(self, path: str) -> None:
+        self.open_library()
+        self.library_view.start(parse_drop([Path(path)]))
+
     @Slot()
     def _on_library_changed(self) -> None:
-        """New or removed models show in the model bar; the selection stays."""
+        """New or removed models show in the model bar; the selection stays. The first model
+        installed into an empty library is loaded."""
+        if self.first_run is not None:
+            self.model_bar.refresh()
+            if self.model_bar.target_box.count():
+                self.first_run.hide()
+                self.first_run = None
+                self.chat.show()
+                self.model_bar.status.setText("Loading model…")
+                self._load(self.model_bar.target_box.itemData(0), "")
+                return
         bar = self.model_bar
         target = bar.target_box.currentData() or ""
         drafter = bar.drafter_box.currentData() or ""
@@ -473,6 +514,19 @@ class MainWindow(QMainWindow):
         self.open_conversation(self.conversation_id)
         self.prompt_edit.setPlainText(text)
         self.prompt_edit.setFocus()
+
+    def about_text(self) -> str:
+        return (
+            f"<h3>FlashChat {version()}</h3>"
+            "<p>Chat with language models on this computer, decoded with DFlash2 speculative "
+            "decoding: the same text as the model's own, faster.</p>"
+            f"<p>{self._backend_summary or 'No model loaded'}</p>"
+            "<p>Apache-2.0. Third-party licences: THIRD_PARTY.md.</p>"
+        )
+
+    @Slot()
+    def show_about(self) -> None:
+        QMessageBox.about(self, "About FlashChat", self.about_text())
 
     def _saved_remote_models(self) -> list[str]:
         """The remote models added with Connect… (damaged entries are dropped)."""

@@ -27,10 +27,12 @@ from engine_mlx.errors import EngineError
 from engine_mlx.modes import Mode
 from engine_mlx.training.commands import COMMANDS as TRAINING_COMMANDS
 from engine_mlx.training.commands import add_training_commands, run_training_command
+from engine_mlx.version import version
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m engine_mlx", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"FlashChat {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     gen = sub.add_parser("generate", help="generate text from a prompt")

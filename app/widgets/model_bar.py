@@ -54,6 +54,7 @@ class ModelBar(QWidget):
         # A long name or address must not widen the window past the screen: the label
         # shrinks (its tooltip keeps the whole text).
         self.status.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.status.setMinimumWidth(120)
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         for label, box in (

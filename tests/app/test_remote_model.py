@@ -32,6 +32,7 @@ def test_connect_and_chat_with_a_remote_model(qtbot, make_window, monkeypatch, s
     with qtbot.waitSignal(win.worker.finished, timeout=60000) as blocker:
         win.send_button.click()
     (finished,) = blocker.args
+    qtbot.waitUntil(lambda: not win.generating, timeout=5000)  # the window stored it
     assert finished.text and "".join(streamed) == finished.text
     messages = win.store.messages(win.conversation_id)
     assert [m.role for m in messages] == ["user", "assistant"]

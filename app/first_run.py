@@ -1,0 +1,77 @@
+"""What a window with no model shows: what is missing and two ways to get a model.
+
+A packaged FlashChat has no source tree and no set-up step, so on a first run the library may
+be empty. Instead of an error, the chat area explains it and offers the demo model with one
+click (a download from the Hugging Face hub, through the model library, verified and
+resumable) or a model file already on this machine (a .gguf or a model folder). The library
+does the installing; the window loads the model when it arrives.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+
+DEMO_REPO = "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
+def has_any_model() -> bool:
+    """Whether anything can be loaded: the bundled demo (or its import) or a library model."""
+    from app.widgets.model_bar import scan_library
+    from engine_mlx.demo import DEMO, find_gguf
+
+    if find_gguf(DEMO) is not None or (DEMO.folder() / "config.json").is_file():
+        return True
+    targets, _drafters, _problems = scan_library()
+    return bool(targets)
+
+
+class NoModelPanel(QWidget):
+    download_requested = Signal(str)  # a hub repo id
+    file_chosen = Signal(str)  # a .gguf file or a model folder
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setAccessibleName("No model installed")
+        title = QLabel("<h2>No model is installed yet</h2>", self)
+        text = QLabel(
+            "FlashChat runs language models on this computer. Install one to start: download "
+            f"the small demo model ({DEMO_REPO}, about 270 MB, from Hugging Face), or choose "
+            "a model you already have — a .gguf file or a Hugging Face model folder. You can "
+            "also drop a file or a Hugging Face link onto this window at any time.",
+            self,
+        )
+        text.setWordWrap(True)
+        self.download_button = QPushButton("Download the demo model", self)
+        self.download_button.setAccessibleName("Download the demo model")
+        self.file_button = QPushButton("Choose a model file…", self)
+        self.file_button.setAccessibleName("Choose a model file")
+        self.status = QLabel("", self)
+        self.status.setAccessibleName("Install status")
+        self.status.setWordWrap(True)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.download_button)
+        buttons.addWidget(self.file_button)
+        buttons.addStretch(1)
+        layout = QVBoxLayout(self)
+        layout.addStretch(1)
+        for widget in (title, text):
+            layout.addWidget(widget)
+        layout.addLayout(buttons)
+        layout.addWidget(self.status)
+        layout.addStretch(2)
+        layout.setAlignment(Qt.AlignmentFlag.AlignHCenter)
+        self.download_button.clicked.connect(self._download)
+        self.file_button.clicked.connect(self._choose)
+
+    def _download(self) -> None:
+        self.status.setText("Downloading in the model library; the model loads when it is in.")
+        self.download_requested.emit(DEMO_REPO)
+
+    def _choose(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Choose a model file", "", "GGUF models (*.gguf);;All files (*)"
+        )
+        if path:
+            self.status.setText("Installing in the model library; it loads when it is in.")
+            self.file_chosen.emit(path)

@@ -1,0 +1,47 @@
+"""A first run with nothing installed: the window explains and offers the demo model or a file;
+the model installed from a file is loaded. The version is the one of pyproject.toml."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from app import first_run
+from app.main_window import MainWindow
+from engine_mlx.version import version
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_empty_library_shows_what_to_do_and_loads_what_is_installed(
+    qtbot, tmp_path, monkeypatch, tiny_model_dir
+):
+    monkeypatch.setattr(first_run, "has_any_model", lambda: False)
+    monkeypatch.setattr("app.main_window.has_any_model", lambda: False)
+    win = MainWindow(db_path=tmp_path / "chats.sqlite3")
+    qtbot.addWidget(win)
+    win.show()
+    panel = win.first_run
+    assert panel is not None and panel.isVisible() and not win.chat.isVisible()
+    assert win.model_bar.status.text() == "No model installed"
+    assert not win.send_button.isEnabled()
+    with qtbot.waitSignal(win.worker.model_loaded, timeout=60000):
+        panel.file_chosen.emit(str(tiny_model_dir("llama")))  # as the file dialog does
+    qtbot.waitUntil(win.send_button.isEnabled, timeout=10000)
+    assert win.first_run is None and win.chat.isVisible()
+    win.close()
+
+
+def test_one_version_everywhere(qtbot, make_window):
+    text = (ROOT / "pyproject.toml").read_text()
+    expected = re.search(r'^version = "([^"]+)"', text, re.MULTILINE).group(1)
+    assert version() == expected
+    for module in ("app", "engine_mlx"):
+        out = subprocess.run(
+            [sys.executable, "-m", module, "--version"], capture_output=True, text=True, check=True
+        )
+        assert out.stdout.strip() == f"FlashChat {expected}"
+    win = make_window()
+    assert f"FlashChat {expected}" in win.about_text()
