@@ -14,6 +14,11 @@
    with the tree's boolean mask, Qwen3-8B's shapes (32 query heads, 8 KV heads, head dim 128,
    bf16), a chain of 16 nodes and a width-4 tree of 61, at cache lengths 1k..32k, and prints
    a table (median of ``--repeats`` timed calls after warm-up; max |difference|).
+4. Generates end to end on a tiny target (head size 64) with a DFlash2 drafter (local
+   convolution on), greedy, widths 1 and 3: kernels on (``FLASHCHAT_KERNELS`` unset: CUDA) and
+   off (``=0``: MLX references), interleaved; prints whether the tokens are identical, tok/s of
+   each, and ``stats.kernels`` (calls per kernel, and any fallback; K/V compaction runs only
+   when an accepted path leaves the tree's first branch, rare with a random drafter).
 
 Run from the repository root: ``python3 scripts/gpu_kernel_check.py [--wheels DIR]``.
 Exit status: 0 when the tests pass and the backend is live.
@@ -97,7 +102,8 @@ def inside(args: argparse.Namespace) -> int:
         status = subprocess.run([*cmd, "tests/engine_mlx/kernels"], cwd=ROOT, env=env).returncode
         print(f"kernel tests: {'passed' if status == 0 else 'FAILED'}", flush=True)
     bench([int(n) for n in args.lengths.split(",")], args.repeats)
-    return status
+    same = end_to_end(on="1")
+    return status or (0 if same else 1)
 
 
 def bench(lengths: list[int], repeats: int) -> None:
@@ -171,6 +177,48 @@ def bench(lengths: list[int], repeats: int) -> None:
                 f"{t_ref / t_ours:>7.2f}x | {diff:.2e}",
                 flush=True,
             )
+
+
+def end_to_end(on: str, tokens: int = 64) -> bool:
+    """Kernels ``on`` (``FLASHCHAT_KERNELS`` value: "1" on a GPU, "emulate" to try this on a
+    CPU) against the references, on a tiny model; True when every run's tokens match."""
+    import tempfile
+
+    from engine_mlx.config import GenerationConfig
+    from engine_mlx.decoding.dflash_drafter import DFlashDrafter
+    from engine_mlx.models.target import TargetModel
+    from engine_mlx.session import Session
+    from tests.support.drafters import random_dflash
+    from tests.support.tiny_models import build_tiny_model
+
+    folder = build_tiny_model("qwen3", Path(tempfile.mkdtemp()), head_dim=64, max_context=2048)
+    target = TargetModel.load(folder)
+    drafter = random_dflash(target, conv=4)
+    drafter.eval()
+    session = Session(target, DFlashDrafter(drafter, target))
+    ids = target.tokenizer.encode("Hello world, the quick brown fox")
+    print(f"\nend to end, tiny qwen3 (head size 64), DFlash2 + local conv, {tokens} tokens")
+    same = True
+    for width in (1, 3):
+        results = {}
+        for setting in ("0", on, "0", on):  # interleaved; the second of each is reported
+            os.environ["FLASHCHAT_KERNELS"] = setting
+            config = GenerationConfig(
+                max_tokens=tokens, mode="dflash2", width=width, lookup=False, ignore_eos=True
+            )
+            results[setting] = list(session.generate(ids, config))[-1]
+        os.environ.pop("FLASHCHAT_KERNELS", None)
+        ref, ker = results["0"], results[on]
+        match = ref.tokens == ker.tokens
+        same &= match
+        print(
+            f"width {width}: tokens identical {match}; decode {ker.stats.decode_tps:.1f} tok/s "
+            f"with kernels vs {ref.stats.decode_tps:.1f} without "
+            f"({ker.stats.decode_tps / max(ref.stats.decode_tps, 1e-9):.2f}x); "
+            f"kernels {ker.stats.kernels}",
+            flush=True,
+        )
+    return same
 
 
 def main() -> int:
