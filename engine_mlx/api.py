@@ -117,9 +117,11 @@ def drafter_config_for(
     block: int,
     conv: int,
     capture: tuple[int, ...] | None = None,
+    mlp: int = 0,
 ) -> DFlashConfig:
     """A DFlash2 drafter shaped like ``target``'s layers (so they can seed it), reading the
-    target layers ``capture`` (default: one per draft layer, spaced evenly)."""
+    target layers ``capture`` (default: one per draft layer, spaced evenly); ``mlp`` > 0 makes
+    its MLPs that wide instead of the target's (a smaller drafter file)."""
     spec = target.spec
     tc = text_config(spec.config)
     heads = int(tc["num_attention_heads"])
@@ -130,7 +132,7 @@ def drafter_config_for(
         num_attention_heads=heads,
         num_key_value_heads=int(tc.get("num_key_value_heads") or heads),
         head_dim=int(tc.get("head_dim") or spec.hidden_size // heads),
-        intermediate_size=int(tc["intermediate_size"]),
+        intermediate_size=mlp or int(tc["intermediate_size"]),
         vocab_size=spec.vocab_size,
         num_target_layers=spec.num_layers,
         target_layer_ids=tuple(ids),

@@ -39,6 +39,7 @@ def add_training_commands(sub: argparse._SubParsersAction) -> None:
     td.add_argument("--out", type=Path, required=True, help="drafter folder")
     td.add_argument("--steps", type=int, default=1000)
     td.add_argument("--layers", type=int, default=3)
+    td.add_argument("--mlp", type=int, default=0, help="draft MLP width (0: the target's)")
     td.add_argument("--block", type=int, default=8)
     td.add_argument("--conv", type=int, default=4)
     td.add_argument("--lr", type=float, default=6e-4)
@@ -80,6 +81,7 @@ def run_training_command(args: argparse.Namespace, resolve_model: Callable) -> i
             config = DrafterTrainConfig(
                 steps=args.steps,
                 layers=args.layers,
+                mlp=args.mlp,
                 block=args.block,
                 conv=args.conv,
                 lr=args.lr,

@@ -52,6 +52,7 @@ HISTORY_FILE = "train_state.json"
 class DrafterTrainConfig:
     steps: int = 1000
     layers: int = 3
+    mlp: int = 0  # MLP width of the draft layers; 0: the target's
     block: int = 8
     conv: int = 4
     lr: float = 6e-4
@@ -82,7 +83,12 @@ def new_drafter(target: TargetModel, config: DrafterTrainConfig, capture: tuple[
     from engine_mlx.api import drafter_config_for
 
     cfg: DFlashConfig = drafter_config_for(
-        target, layers=config.layers, block=config.block, conv=config.conv, capture=capture
+        target,
+        layers=config.layers,
+        block=config.block,
+        conv=config.conv,
+        capture=capture,
+        mlp=config.mlp,
     )
     mx.random.seed(config.seed)
     model = DFlashModel(cfg)
@@ -93,17 +99,31 @@ def new_drafter(target: TargetModel, config: DrafterTrainConfig, capture: tuple[
 
 def copy_target_layers(model: DFlashModel, target: TargetModel) -> None:
     """Start draft layer i as the target's layer n - L + i (attention, MLP, norms), and the
-    final norm as the target's: every parameter whose name and shape match is copied."""
+    final norm as the target's: every parameter whose name matches is copied; a narrower MLP
+    takes the first rows (gate, up) and columns (down) of the target's."""
     first = len(target.layers) - len(model.layers)
     for i, layer in enumerate(model.layers):
         source = dict(tree_flatten(target.layers[first + i].parameters()))
         mine = dict(tree_flatten(layer.parameters()))
         layer.load_weights(
-            [(k, v) for k, v in source.items() if k in mine and mine[k].shape == v.shape],
+            [(k, _fit(v, mine[k].shape)) for k, v in source.items() if _fits(v, mine.get(k))],
             strict=False,
         )
     model.norm.weight = target.inner.norm.weight
     mx.eval(model.parameters())
+
+
+def _fits(source: mx.array, mine: mx.array | None) -> bool:
+    return (
+        mine is not None
+        and source.ndim == mine.ndim
+        and all(a >= b for a, b in zip(source.shape, mine.shape, strict=True))
+    )
+
+
+def _fit(source: mx.array, shape: tuple[int, ...]) -> mx.array:
+    """``source``'s leading block of ``shape`` (itself when the shapes match)."""
+    return source[tuple(slice(0, n) for n in shape)]
 
 
 class BlockSampler:

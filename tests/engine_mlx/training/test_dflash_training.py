@@ -77,3 +77,18 @@ def test_training_lowers_loss_resumes_and_stays_lossless(tiny_dataset, tiny_targ
     spec_cfg = GenerationConfig(max_tokens=24, ignore_eos=True, mode="dflash2", width=2)
     spec = list(Session(target, drafter).generate(ids, spec_cfg))
     assert spec[-1].tokens == plain[-1].tokens
+
+
+def test_a_narrower_mlp_starts_from_the_leading_block_of_the_targets(tiny_target):
+    from dataclasses import replace
+
+    target = tiny_target("llama")  # MLP width 128
+    model = new_drafter(target, replace(CONFIG, mlp=48), (0, 1))
+    first = len(target.layers) - len(model.layers)
+    mine, theirs = model.layers[0].mlp, target.layers[first].mlp
+    assert mine.gate_proj.weight.shape == (48, target.spec.hidden_size)
+    assert mx.array_equal(mine.gate_proj.weight, theirs.gate_proj.weight[:48]).item()
+    assert mx.array_equal(mine.up_proj.weight, theirs.up_proj.weight[:48]).item()
+    assert mx.array_equal(mine.down_proj.weight, theirs.down_proj.weight[:, :48]).item()
+    attention = model.layers[0].self_attn.q_proj.weight
+    assert mx.array_equal(attention, target.layers[first].self_attn.q_proj.weight).item()
