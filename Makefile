@@ -3,7 +3,7 @@
 PY := .venv/bin/python
 STAMP := .venv/.flashchat-setup
 
-.PHONY: run test test-fast setup lint bench clean
+.PHONY: run test test-fast setup lint bench clean package package-check
 
 run: $(STAMP)
 	$(PY) -m engine_mlx demo
@@ -28,6 +28,17 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m engine_mlx bench --depths 0,1024 --max-tokens 128 --json-out bench.json
+
+# A self-contained FlashChat for this platform (PyInstaller; see packaging/README.md): Linux,
+# dist/FlashChat/ with the `flashchat` executable; macOS, dist/FlashChat.app as well.
+package: $(STAMP)
+	$(PY) -m PyInstaller --noconfirm --distpath dist --workpath build/pyinstaller \
+		packaging/pyinstaller/flashchat.spec
+
+# The bundle, started with an empty data folder, answers one question and quits.
+package-check: package
+	FLASHCHAT_HOME=$$(mktemp -d) xvfb-run -a dist/FlashChat/flashchat \
+		--model "$$($(PY) -m engine_mlx demo)" --ask "What is the capital of France?"
 
 clean:
 	rm -rf .venv build *.egg-info

@@ -15,6 +15,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="", help="model folder (default: the demo model)")
     parser.add_argument("--drafter", default="", help="DFlash drafter folder")
     parser.add_argument("--version", action="version", version=f"FlashChat {version()}")
+    parser.add_argument(
+        "--ask",
+        default="",
+        help="send this message once the model is loaded, print the greedy reply (at most 64 "
+        "tokens) and quit: a smoke test of an installation",
+    )
     args = parser.parse_args(argv)
     if sys.platform.startswith("linux") and not (
         os.environ.get("DISPLAY")
@@ -34,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     qt_app.setApplicationName("FlashChat")
     qt_app.setApplicationVersion(version())
     window = MainWindow(args.model, args.drafter)
+    if args.ask:
+        window.ask_and_quit(args.ask)
     window.show()
     return qt_app.exec()
 

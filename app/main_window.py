@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, QEvent, QObject, Qt, QThread, Signal, Slot
+from PySide6.QtCore import QByteArray, QEvent, QObject, Qt, QThread, QTimer, Signal, Slot
 from PySide6.QtGui import (
     QAction,
     QCloseEvent,
@@ -28,6 +29,7 @@ from PySide6.QtGui import (
     QShortcut,
 )
 from PySide6.QtWidgets import (
+    QApplication,
     QHBoxLayout,
     QLabel,
     QMainWindow,
@@ -91,6 +93,7 @@ class MainWindow(QMainWindow):
         self.generating = False
         self.available_modes: list[str] = []
         self.first_run: NoModelPanel | None = None
+        self._overrides: dict = {}  # generation settings not saved (``ask_and_quit``)
         self._backend_summary = ""  # the status bar's resting message once a model is loaded
         self._build_ui()
         if self.store.is_temporary:
@@ -476,7 +479,7 @@ class MainWindow(QMainWindow):
         self.request_generate.emit(history, self._generation_settings())
 
     def _generation_settings(self) -> dict:
-        s = asdict(self.settings)
+        s = asdict(self.settings) | self._overrides
         s["mode"] = self._mode()
         return s
 
@@ -523,6 +526,32 @@ class MainWindow(QMainWindow):
             f"<p>{self._backend_summary or 'No model loaded'}</p>"
             "<p>Apache-2.0. Third-party licences: THIRD_PARTY.md.</p>"
         )
+
+    def ask_and_quit(self, text: str) -> None:
+        """Once the model is loaded, send ``text``; print the reply and close the window when
+        it is done (``flashchat --ask``: a smoke test of an installation or a bundle). An
+        error is printed and ends the application with status 1. Greedy and at most 64 tokens,
+        so the same installation gives the same answer (the saved settings are not changed)."""
+        self._ask = text
+        self._overrides = {"temperature": 0.0, "max_tokens": 64}
+        self.worker.model_loaded.connect(self._ask_when_loaded)
+        self.worker.finished.connect(self._print_reply_and_quit)
+        self.worker.error.connect(self._fail_and_quit)
+
+    @Slot(object)
+    def _ask_when_loaded(self, _info: object) -> None:
+        self.prompt_edit.setPlainText(self._ask)
+        QTimer.singleShot(0, self.send)
+
+    @Slot(object)
+    def _print_reply_and_quit(self, event: Finished) -> None:
+        print(event.text, flush=True)
+        QTimer.singleShot(0, self.close)  # after the window has stored the reply
+
+    @Slot(str)
+    def _fail_and_quit(self, message: str) -> None:
+        print(f"error: {message}", file=sys.stderr, flush=True)
+        QApplication.exit(1)
 
     @Slot()
     def show_about(self) -> None:

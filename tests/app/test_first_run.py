@@ -45,3 +45,24 @@ def test_one_version_everywhere(qtbot, make_window):
         assert out.stdout.strip() == f"FlashChat {expected}"
     win = make_window()
     assert f"FlashChat {expected}" in win.about_text()
+
+
+def test_ask_answers_greedily_stores_the_conversation_and_quits(tmp_path, tiny_model_dir):
+    """``python -m app --ask``: the smoke test a bundle is checked with."""
+    import os
+    import sqlite3
+
+    env = {**os.environ, "FLASHCHAT_HOME": str(tmp_path), "QT_QPA_PLATFORM": "offscreen"}
+    command = [sys.executable, "-m", "app", "--model", str(tiny_model_dir("llama"))]
+    out = subprocess.run(
+        [*command, "--ask", "Hello there"], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    reply = out.stdout.strip()
+    assert reply
+    with sqlite3.connect(tmp_path / "flashchat.sqlite3") as db:
+        rows = db.execute("SELECT role, content FROM messages ORDER BY id").fetchall()
+        temperature = db.execute("SELECT value FROM settings WHERE key = 'temperature'").fetchone()
+    assert rows[0] == ("user", "Hello there") and rows[1][0] == "assistant"
+    assert rows[1][1].strip() == reply
+    assert temperature is None or float(temperature[0]) != 0.0  # the override was not saved
