@@ -94,7 +94,7 @@ def numpy_softmax_attention(
 def _dispatch(queries, keys, values, cache, scale, mask, sinks=None):
     tree = getattr(_state, "tree", None)
     if tree is not None and queries.shape[2] == tree.shape[0]:  # a verification forward
-        executor = live_executor()
+        executor = _state.tree_executor
         usable = (
             executor is not None
             and sinks is None
@@ -142,9 +142,15 @@ class active:
         self.tree = tree
 
     def __enter__(self) -> None:
-        self._previous = (getattr(_state, "active", False), getattr(_state, "tree", None))
+        self._previous = (
+            getattr(_state, "active", False),
+            getattr(_state, "tree", None),
+            getattr(_state, "tree_executor", None),
+        )
         _state.active = numpy_path_available()
         _state.tree = self.tree
+        # Resolved once per forward, not once per layer.
+        _state.tree_executor = live_executor() if self.tree is not None else None
 
     def __exit__(self, *exc: object) -> None:
-        _state.active, _state.tree = self._previous
+        _state.active, _state.tree, _state.tree_executor = self._previous
