@@ -8,13 +8,13 @@ MLX's CUDA backend is live, and the reference otherwise. ``FLASHCHAT_KERNELS=0``
 kernels off (references everywhere), for comparison.
 """
 
+from engine_mlx.backend import kernels_enabled
 from engine_mlx.kernels.launch import (
     ENV_SWITCH,
     EmulatorExecutor,
     Executor,
     GpuExecutor,
     Launch,
-    kernels_enabled,
     live_backend,
     live_executor,
 )

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import mlx.core as mx
 import numpy as np
 
-from engine_mlx.backend import KERNEL_SWITCH, kernel_path, kernels_enabled, live_device
+from engine_mlx.backend import KERNEL_SWITCH, kernel_path
 from metal_kernels import sources
 
 ENV_SWITCH = KERNEL_SWITCH
@@ -27,9 +27,9 @@ TemplateArg = tuple[str, "mx.Dtype | int | bool"]
 
 
 def live_backend() -> str | None:
-    """ "metal" or "cuda" when that MLX backend is live and kernels are on; else None."""
-    device = live_device()
-    return device if device in ("metal", "cuda") and kernels_enabled() else None
+    """ "metal" or "cuda" when the kernels run on that live MLX backend; else None."""
+    path = kernel_path()
+    return path if path in ("metal", "cuda") else None
 
 
 class _Calls:
