@@ -12,13 +12,13 @@ from __future__ import annotations
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
-DEMO_REPO = "HuggingFaceTB/SmolLM2-135M-Instruct"
+from engine_mlx.demo import DEMO
 
 
 def has_any_model() -> bool:
     """Whether anything can be loaded: the bundled demo (or its import) or a library model."""
     from app.widgets.model_bar import scan_library
-    from engine_mlx.demo import DEMO, find_gguf
+    from engine_mlx.demo import find_gguf
 
     if find_gguf(DEMO) is not None or (DEMO.folder() / "config.json").is_file():
         return True
@@ -35,8 +35,8 @@ class NoModelPanel(QWidget):
         self.setAccessibleName("No model installed")
         title = QLabel("<h2>No model is installed yet</h2>", self)
         text = QLabel(
-            "FlashChat runs language models on this computer. Install one to start: download "
-            f"the small demo model ({DEMO_REPO}, about 270 MB, from Hugging Face), or choose "
+            "FlashChat runs language models on this computer. Install one to start: download the "
+            f"demo model ({DEMO.hub_repo}, about {DEMO.hub_size}, from Hugging Face), or choose "
             "a model you already have — a .gguf file or a Hugging Face model folder. You can "
             "also drop a file or a Hugging Face link onto this window at any time.",
             self,
@@ -66,7 +66,7 @@ class NoModelPanel(QWidget):
 
     def _download(self) -> None:
         self.status.setText("Downloading in the model library; the model loads when it is in.")
-        self.download_requested.emit(DEMO_REPO)
+        self.download_requested.emit(DEMO.hub_repo)
 
     def _choose(self) -> None:
         path, _ = QFileDialog.getOpenFileName(

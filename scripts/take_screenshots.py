@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from PySide6.QtCore import QObject, QTimer, Slot
 
 import engine_mlx  # noqa: F401  (the BLAS before mlx)
+from engine_mlx.demo import DEMO
 
 
 class Driver(QObject):
@@ -152,7 +153,7 @@ def main() -> int:
         "--prompt", default="Explain what speculative decoding is, with a short Python example."
     )
     parser.add_argument("--library", action="store_true", help="library.png: a download")
-    parser.add_argument("--library-repo", default="HuggingFaceTB/SmolLM2-135M-Instruct")
+    parser.add_argument("--library-repo", default=DEMO.hub_repo)
     parser.add_argument("--library-speed", type=float, default=6e6, help="bytes/s served")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -199,10 +200,10 @@ def prepare_library(args: argparse.Namespace):
     from tests.support.tiny_models import build_tiny_model
 
     demo = ensure_demo_model()
-    init_drafter(demo, models_dir() / "SmolLM2-135M-DFlash2", layers=2, block=8)
+    init_drafter(demo, models_dir() / f"{demo.name}-untrained-DFlash2", layers=2, block=8)
     tiny = build_tiny_model("qwen3", home / "tiny-qwen3")
     init_drafter(tiny, models_dir() / "Qwen3-tiny-DFlash2", layers=2, block=8)
-    readme = b"---\nlicense: apache-2.0\n---\n# SmolLM2-135M-Instruct\n"
+    readme = f"---\nlicense: apache-2.0\n---\n# {demo.name}\n".encode()
     hub = HubServer().start()
     files = {p.name: p.read_bytes() for p in demo.iterdir() if p.name != "flashchat_import.json"}
     hub.add(HubRepo(args.library_repo, {**files, "README.md": readme}))

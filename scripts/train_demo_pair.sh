@@ -7,7 +7,7 @@
 set -euo pipefail
 WORK=${1:?work folder}; CORPORA=${2:?corpora folder}
 PY=${PY:-.venv/bin/python}
-MODEL=$($PY -m engine_mlx demo)
+MODEL=$($PY -m engine_mlx demo --all | grep 'SmolLM2-135M-Instruct$')
 OUT=resources/companions/SmolLM2-135M-Instruct
 mkdir -p "$WORK" "$OUT"
 $PY -m engine_mlx make-dataset --model "$MODEL" --out "$WORK/data" --corpora "$CORPORA" \

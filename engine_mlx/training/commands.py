@@ -1,5 +1,6 @@
 """The training commands of the CLI: ``make-dataset``, ``train-drafter``, ``train-mtp``,
-``train-draft-lm`` (the standalone draft model for the mlx-lm baseline).
+``train-draft-lm`` (the standalone draft model for the mlx-lm baseline) and ``plot-training``
+(the curves of a model card).
 
 Each prints one JSON line per checkpoint (step, loss, seconds) and can be interrupted and
 rerun with the same arguments to resume.
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from engine_mlx.errors import EngineError
 
-COMMANDS = ("make-dataset", "train-drafter", "train-mtp", "train-draft-lm")
+COMMANDS = ("make-dataset", "train-drafter", "train-mtp", "train-draft-lm", "plot-training")
 
 
 def _log(record: dict) -> None:
@@ -67,8 +68,15 @@ def add_training_commands(sub: argparse._SubParsersAction) -> None:
     tl.add_argument("--sequences", type=int, default=8, help="sequences per step")
     tl.add_argument("--seed", type=int, default=0)
 
+    pt = sub.add_parser("plot-training", help="plot trainers' history files (loss curves)")
+    pt.add_argument("runs", nargs="+", help="LABEL=HISTORY.json (a trainer's history file)")
+    pt.add_argument("--out", type=Path, required=True, help="the .png to write")
+    pt.add_argument("--window", type=int, default=25, help="steps averaged per point")
+
 
 def run_training_command(args: argparse.Namespace, resolve_model: Callable) -> int:
+    if args.command == "plot-training":
+        return _plot(args)
     from engine_mlx.api import load_target
 
     target = load_target(resolve_model(args.model))
@@ -140,4 +148,20 @@ def _make_dataset(args: argparse.Namespace, target) -> int:
     builder = PromptBuilder(target.tokenizer, default_sources(args.corpora), "train")
     build_dataset(target, builder, args.out, config, log=_log)
     print(args.out)
+    return 0
+
+
+def _plot(args: argparse.Namespace) -> int:
+    from engine_mlx.training.curves import plot_histories, read_history
+
+    runs = {}
+    for run in args.runs:
+        label, sep, path = run.rpartition("=")
+        if not sep:
+            label = Path(path).stem
+        try:
+            runs[label] = read_history(Path(path))
+        except (OSError, ValueError, KeyError) as exc:
+            raise EngineError(f"{path}: not a trainer's history file ({exc})") from exc
+    print(plot_histories(runs, args.out, args.window))
     return 0

@@ -1,11 +1,11 @@
-"""The pair shipped for the demo model: used by default, refused for other targets, off on
-request, and lossless on the real SmolLM2."""
+"""The pairs shipped for the bundled models: used by default, refused for other targets, off
+on request, and lossless on the real Qwen2.5-Coder-0.5B-Instruct and SmolLM2."""
 
 from __future__ import annotations
 
 import pytest
 
-from engine_mlx.api import load_speculators
+from engine_mlx.api import encode_prompt, load_speculators
 from engine_mlx.companions import NO_DRAFTER, shipped_companions
 from engine_mlx.config import GenerationConfig
 from engine_mlx.models.target import TargetModel
@@ -18,15 +18,16 @@ def test_other_targets_get_no_shipped_pair(tiny_target):
     assert load_speculators(target).drafter is None
 
 
-@pytest.mark.slow
-def test_demo_model_drafts_losslessly_with_the_shipped_pair(smollm2_dir):
-    target = TargetModel.load(smollm2_dir)
+def _drafts_losslessly(folder, prompt: str, widths: tuple[int, ...]) -> None:
+    """The shipped pair is found and used by default, and every speculative mode returns the
+    plain-greedy tokens while keeping drafted tokens."""
+    target = TargetModel.load(folder)
     shipped = shipped_companions(target.spec)
     assert shipped.drafter is not None and shipped.mtp is not None
     spec = load_speculators(target)
     assert spec.drafter is not None and spec.mtp_source == "shipped head"
     assert load_speculators(target, NO_DRAFTER).drafter is None
-    ids = target.tokenizer.encode("Solve: a box holds 12 pens. How many pens are in 7 boxes?")
+    ids = encode_prompt(target, prompt)
     session = Session(target, spec.drafter, spec.mtp, reuse_prompt=True)
 
     def run(mode: str, width: int = 1):
@@ -34,7 +35,19 @@ def test_demo_model_drafts_losslessly_with_the_shipped_pair(smollm2_dir):
         return list(session.generate(ids, config))[-1]
 
     plain = run("ar")
-    for mode, width in (("dflash2", 1), ("dflash2", 4), ("mtp", 1)):
+    for mode, width in [*(("dflash2", w) for w in widths), ("mtp", 1)]:
         result = run(mode, width)
-        assert result.tokens == plain.tokens, mode
-        assert result.stats.tau > 1.0, mode  # a trained pair drafts tokens the target keeps
+        assert result.tokens == plain.tokens, (mode, width)
+        assert result.stats.tau > 1.0, (mode, width)  # a trained pair drafts tokens kept
+
+
+@pytest.mark.slow
+def test_smollm2_drafts_losslessly_with_its_shipped_pair(smollm2_dir):
+    _drafts_losslessly(
+        smollm2_dir, "Solve: a box holds 12 pens. How many pens are in 7 boxes?", (1, 4)
+    )
+
+
+@pytest.mark.slow
+def test_the_qwen_demo_drafts_losslessly_with_its_shipped_pair(qwen_dir):
+    _drafts_losslessly(qwen_dir, "Write a Python function that reverses a string.", (1, 2))
