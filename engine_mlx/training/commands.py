@@ -1,6 +1,6 @@
 """The training commands of the CLI: ``make-dataset``, ``train-drafter``, ``train-mtp``,
-``train-draft-lm`` (the standalone draft model for the mlx-lm baseline) and ``plot-training``
-(the curves of a model card).
+``train-draft-lm`` (the standalone draft model for the mlx-lm baseline), ``export-pair`` (a
+drafter and MTP head in the shipped layout) and ``plot-training`` (a model card's curves).
 
 Each prints one JSON line per checkpoint (step, loss, seconds) and can be interrupted and
 rerun with the same arguments to resume.
@@ -15,7 +15,14 @@ from pathlib import Path
 
 from engine_mlx.errors import EngineError
 
-COMMANDS = ("make-dataset", "train-drafter", "train-mtp", "train-draft-lm", "plot-training")
+COMMANDS = (
+    "make-dataset",
+    "train-drafter",
+    "train-mtp",
+    "train-draft-lm",
+    "export-pair",
+    "plot-training",
+)
 
 
 def _log(record: dict) -> None:
@@ -68,6 +75,12 @@ def add_training_commands(sub: argparse._SubParsersAction) -> None:
     tl.add_argument("--sequences", type=int, default=8, help="sequences per step")
     tl.add_argument("--seed", type=int, default=0)
 
+    ex = sub.add_parser("export-pair", help="a trained drafter + MTP head, shipped layout")
+    ex.add_argument("--name", required=True, help="the target's folder name")
+    ex.add_argument("--drafter", type=Path, required=True, help="train-drafter's folder")
+    ex.add_argument("--mtp", type=Path, required=True, help="train-mtp's file")
+    ex.add_argument("--out", type=Path, required=True, help="e.g. resources/companions/NAME")
+
     pt = sub.add_parser("plot-training", help="plot trainers' history files (loss curves)")
     pt.add_argument("runs", nargs="+", help="LABEL=HISTORY.json (a trainer's history file)")
     pt.add_argument("--out", type=Path, required=True, help="the .png to write")
@@ -77,6 +90,14 @@ def add_training_commands(sub: argparse._SubParsersAction) -> None:
 def run_training_command(args: argparse.Namespace, resolve_model: Callable) -> int:
     if args.command == "plot-training":
         return _plot(args)
+    if args.command == "export-pair":
+        from engine_mlx.training.export import export_pair
+
+        try:
+            print(export_pair(args.name, args.drafter, args.mtp, args.out))
+        except FileNotFoundError as exc:
+            raise EngineError(str(exc)) from exc
+        return 0
     from engine_mlx.api import load_target
 
     target = load_target(resolve_model(args.model))

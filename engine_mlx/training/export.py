@@ -1,0 +1,61 @@
+"""Turn training outputs into a shippable pair: the layout ``engine_mlx.companions`` reads.
+
+A drafter checkpoint holds fp32 weights, the optimizer's moments and the history; an MTP file
+is fp32 beside its history. What ships is the weights in float16 (half the size; the engine
+computes in its own dtype anyway), the draft vocabulary, and the histories for the model card,
+with no optimizer state. Written to a fresh folder that then replaces ``out``, so a failed
+export leaves the previous pair in place.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import mlx.core as mx
+
+from engine_mlx.companions import DRAFTER_SUFFIX, MTP_FILE
+from engine_mlx.decoding.draft_vocab import FILE as DRAFT_VOCAB_FILE
+from engine_mlx.training.dflash import HISTORY_FILE
+
+DRAFTER_HISTORY = "drafter_history.json"
+MTP_HISTORY = "mtp_history.json"
+
+
+def export_pair(name: str, drafter: Path, mtp: Path, out: Path) -> Path:
+    """``out``/<name>-DFlash2/ (config, fp16 weights, draft vocabulary), ``out``/mtp.safetensors
+    (fp16, its metadata kept) and both histories; ``name`` is the target's folder name."""
+    for needed in (drafter / "config.json", drafter / "model.safetensors", mtp):
+        if not needed.is_file():
+            raise FileNotFoundError(f"{needed} is missing: train it first")
+    tmp = out.with_name(f"{out.name}.exporting")
+    shutil.rmtree(tmp, ignore_errors=True)
+    folder = tmp / f"{name}{DRAFTER_SUFFIX}"
+    folder.mkdir(parents=True)
+    shutil.copy2(drafter / "config.json", folder / "config.json")
+    if (drafter / DRAFT_VOCAB_FILE).is_file():
+        shutil.copy2(drafter / DRAFT_VOCAB_FILE, folder / DRAFT_VOCAB_FILE)
+    _half(drafter / "model.safetensors", folder / "model.safetensors")
+    _half(mtp, tmp / MTP_FILE)
+    for source, target in (
+        (drafter / HISTORY_FILE, DRAFTER_HISTORY),
+        (mtp.with_suffix(".json"), MTP_HISTORY),
+    ):
+        if source.is_file():
+            shutil.copy2(source, tmp / target)
+    keep = [p for p in out.iterdir() if p.suffix in (".md", ".png")] if out.is_dir() else []
+    for extra in keep:  # the model card and its figures are written by hand, not exported
+        shutil.copy2(extra, tmp / extra.name)
+    old = out.with_name(f"{out.name}.old")
+    shutil.rmtree(old, ignore_errors=True)
+    if out.exists():
+        out.replace(old)
+    tmp.replace(out)
+    shutil.rmtree(old, ignore_errors=True)
+    return out
+
+
+def _half(source: Path, target: Path) -> None:
+    weights, metadata = mx.load(str(source), return_metadata=True)
+    half = {k: v.astype(mx.float16) if v.dtype == mx.float32 else v for k, v in weights.items()}
+    mx.save_safetensors(str(target), half, metadata=metadata)
