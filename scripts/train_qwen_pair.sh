@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
-# Trains the DFlash2 drafter and MTP head for Qwen2.5-Coder-0.5B-Instruct (#16's demo pair) from
+# Trains the DFlash2 drafter and MTP head for Qwen2.5-Coder-0.5B-Instruct (the demo's pair) from
 # scratch: the target's own continuations (contexts up to ~2.3k tokens; code, chat, prose and
-# math; a quarter sampled at 0.7) -> a drafter and an MTP head. Every step resumes where it
-# stopped when rerun. Usage: bash scripts/train_qwen_pair.sh WORKDIR CORPORA_DIR
+# math; a quarter sampled at 0.7) -> a drafter and an MTP head -> resources/companions/.
+# Every step resumes where it stopped when rerun; SHARDS stops the dataset early (the shipped
+# pair: 41 of 64). Usage: bash scripts/train_qwen_pair.sh WORKDIR CORPORA_DIR
 # (CORPORA_DIR: prose/*.txt and code/*.txt, e.g. from the offline corpora fetch script).
 set -euo pipefail
 WORK=${1:?work folder}; CORPORA=${2:?corpora folder}
 PY=${PY:-.venv/bin/python}
-MODEL=$($PY -m engine_mlx demo --all | grep 'Qwen2.5-Coder-0.5B-Instruct$')
+NAME=Qwen2.5-Coder-0.5B-Instruct
+MODEL=$($PY -m engine_mlx demo --all | grep "$NAME\$")
+OUT=resources/companions/$NAME
 mkdir -p "$WORK"
 $PY -m engine_mlx make-dataset --model "$MODEL" --out "$WORK/data" --corpora "$CORPORA" \
   --shards "${SHARDS:-64}" --batch 32 --new-tokens 256 --prompt-lengths 128,384,768,128,256,1024,2040
 $PY -m engine_mlx train-drafter --model "$MODEL" --data "$WORK/data" --out "$WORK/drafter" \
-  --steps "${DRAFTER_STEPS:-1500}" --layers "${DRAFTER_LAYERS:-3}" --mlp "${DRAFTER_MLP:-1216}" \
-  --block 8 --conv 4
+  --steps "${DRAFTER_STEPS:-1200}" --layers 3 --mlp 1216 --block 8 --conv 4
 $PY -m engine_mlx train-mtp --model "$MODEL" --data "$WORK/data" \
-  --out "$WORK/mtp.safetensors" --steps "${MTP_STEPS:-600}" --hidden pre
+  --out "$WORK/mtp.safetensors" --steps "${MTP_STEPS:-300}" --hidden pre
+$PY -m engine_mlx export-pair --name "$NAME" --drafter "$WORK/drafter" \
+  --mtp "$WORK/mtp.safetensors" --out "$OUT"
+$PY -m engine_mlx plot-training "drafter=$OUT/drafter_history.json" --out "$OUT/drafter_loss.png"
+$PY -m engine_mlx plot-training "MTP head=$OUT/mtp_history.json" --out "$OUT/mtp_loss.png"
