@@ -78,7 +78,7 @@ def add_training_commands(sub: argparse._SubParsersAction) -> None:
     ex = sub.add_parser("export-pair", help="a trained drafter + MTP head, shipped layout")
     ex.add_argument("--name", required=True, help="the target's folder name")
     ex.add_argument("--drafter", type=Path, required=True, help="train-drafter's folder")
-    ex.add_argument("--mtp", type=Path, required=True, help="train-mtp's file")
+    ex.add_argument("--mtp", type=Path, default=None, help="train-mtp's file (omit: none)")
     ex.add_argument("--out", type=Path, required=True, help="e.g. resources/companions/NAME")
 
     pt = sub.add_parser("plot-training", help="plot trainers' history files (loss curves)")

@@ -8,8 +8,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-LABELS = {"loss": "KL from the target (training batches)", "tau": "tau (training batches)"}
-LABELS["top1"] = "top-1 agreement with the target"
+LABELS = {
+    "loss": "KL from the target (training batches)",
+    "tau": "tau (training batches)",
+    "top1": "top-1 agreement with the target",
+}
 
 
 def read_history(path: Path) -> list[dict]:

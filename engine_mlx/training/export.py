@@ -22,12 +22,14 @@ DRAFTER_HISTORY = "drafter_history.json"
 MTP_HISTORY = "mtp_history.json"
 
 
-def export_pair(name: str, drafter: Path, mtp: Path, out: Path) -> Path:
+def export_pair(name: str, drafter: Path, mtp: Path | None, out: Path) -> Path:
     """``out``/<name>-DFlash2/ (config, fp16 weights, draft vocabulary), ``out``/mtp.safetensors
-    (fp16, its metadata kept) and both histories; ``name`` is the target's folder name."""
-    for needed in (drafter / "config.json", drafter / "model.safetensors", mtp):
-        if not needed.is_file():
-            raise FileNotFoundError(f"{needed} is missing: train it first")
+    (fp16, its metadata kept) and the histories; ``name`` is the target's folder name. With
+    ``mtp`` None only the drafter ships (a head that does not pay yet is left out)."""
+    inputs = [drafter / "config.json", drafter / "model.safetensors", *([mtp] if mtp else [])]
+    for path in inputs:
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} is missing: train it first")
     tmp = out.with_name(f"{out.name}.exporting")
     shutil.rmtree(tmp, ignore_errors=True)
     folder = tmp / f"{name}{DRAFTER_SUFFIX}"
@@ -36,11 +38,11 @@ def export_pair(name: str, drafter: Path, mtp: Path, out: Path) -> Path:
     if (drafter / DRAFT_VOCAB_FILE).is_file():
         shutil.copy2(drafter / DRAFT_VOCAB_FILE, folder / DRAFT_VOCAB_FILE)
     _half(drafter / "model.safetensors", folder / "model.safetensors")
-    _half(mtp, tmp / MTP_FILE)
-    for source, target in (
-        (drafter / HISTORY_FILE, DRAFTER_HISTORY),
-        (mtp.with_suffix(".json"), MTP_HISTORY),
-    ):
+    histories = [(drafter / HISTORY_FILE, DRAFTER_HISTORY)]
+    if mtp is not None:
+        _half(mtp, tmp / MTP_FILE)
+        histories.append((mtp.with_suffix(".json"), MTP_HISTORY))
+    for source, target in histories:
         if source.is_file():
             shutil.copy2(source, tmp / target)
     keep = [p for p in out.iterdir() if p.suffix in (".md", ".png")] if out.is_dir() else []

@@ -42,6 +42,12 @@ def test_export_writes_a_half_precision_pair_the_engine_loads(tiny_dataset, tiny
         assert (out / name).is_file(), name
     assert not (out / "stale.safetensors").exists()
 
+    # drafter only (an MTP head that does not pay yet is left out): the shipped head goes
+    assert export_pair("Tiny", drafter, None, out) == out
+    assert not (out / MTP_FILE).exists() and not (out / MTP_HISTORY).exists()
+    assert load_dflash(out / "Tiny-DFlash2").config.block_size == 4
+    assert (out / "MODEL_CARD.md").read_text() == "# card"
+
 
 def test_export_refuses_an_untrained_drafter_and_keeps_the_shipped_pair(tmp_path):
     out = tmp_path / "Tiny"
