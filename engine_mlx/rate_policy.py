@@ -46,6 +46,9 @@ from engine_mlx.step_costs import StepCosts
 SMOOTHING = 0.3
 TRUST_ABOVE_EXPECTED = 2.0  # realised tokens count up to this multiple of the plans' expectation
 LOOK_BUDGET = 0.02  # looks at one mode take at most this share of plain decoding's time
+HONESTY_PRIOR = 1.0  # drafted tokens of evidence at face value every honesty estimate starts from
+TRIAL_WITHIN = 0.75  # a mode whose look comes this close to the best rate is tried once a reply
+NEW_REPLY_MEMORY = 0.5  # share of a mode's honesty evidence that a new reply keeps
 
 
 @dataclass
@@ -59,12 +62,29 @@ class _Drafting:
     rest: float = 0.0  # seconds per step beside draft and forward (acceptance, compaction)
     look: LengthPlan | None = None  # what its latest looks promised (smoothed)
     look_s: float = 0.0  # seconds one look takes (a draft: grows with the context)
-    # Drafted tokens committed per drafted token its plans expected, over its recent steps:
-    # the selector's estimates are calibrated per draft position, not per text or depth, so
-    # a look at new text is scaled by how honest they were the last time the mode ran.
-    honesty: float = 1.0
+    # Drafted tokens committed and drafted tokens its plans expected, decayed sums over its
+    # recent steps (``honesty``): the selector's estimates are calibrated per draft position,
+    # not per text or depth, so a look is scaled by how honest they were when the mode ran.
+    committed_extra: float = 0.0
+    expected_extra: float = 0.0
     last_look: int = -(10**9)  # policy step of its last look or step
     look_every: int = 4
+    ran_this_reply: bool = False
+
+    @property
+    def honesty(self) -> float:
+        """Committed per expected drafted token: a ratio of sums, not a mean of per-step
+        ratios (a step that expected 0.6 extra tokens and got none is not a verdict), pulled
+        toward 1 by ``HONESTY_PRIOR`` tokens of evidence."""
+        return (self.committed_extra + HONESTY_PRIOR) / (self.expected_extra + HONESTY_PRIOR)
+
+    def new_reply(self) -> None:
+        """New text: what the estimates were worth on the last one counts for less. (Kept
+        whole, a drafter's over-promise on math, honesty 0.24, scaled its look at a code reply
+        it would have decoded at 2.6x down below plain decoding, so auto never tried it.)"""
+        self.committed_extra *= NEW_REPLY_MEMORY
+        self.expected_extra *= NEW_REPLY_MEMORY
+        self.ran_this_reply = False
 
 
 @dataclass
@@ -159,6 +179,7 @@ class ExpectedRatePolicy:
                 if mode is not Mode.AR:
                     state = self._state(mode)
                     state.last_look = min(state.last_look, self._steps - state.look_every)
+                    state.new_reply()
         if current in (None, Mode.AR) and not self.costs.knows_plain_at(depth):
             # Deeper than plain decoding was ever timed: its cost here is a guess, so the
             # reply starts plain and stays until a plain step is timed; switches follow.
@@ -176,7 +197,32 @@ class ExpectedRatePolicy:
             if best is not Mode.AR:  # joining: its own steps will say how it does now
                 self._state(best).realised = self._state(best).expected = None
             return Choice(best, self._reason(best, rates[best], depth, current, here))
+        trial = self._worth_a_trial(rates, best, current)
+        if trial is not None:
+            self._state(trial).realised = self._state(trial).expected = None
+            why = self._reason(trial, rates[trial], depth, current, here)
+            return Choice(trial, f"trying {why}")
         return Choice(current)
+
+    def _worth_a_trial(
+        self, rates: dict[Mode, LengthPlan], best: Mode, current: Mode
+    ) -> Mode | None:
+        """A drafting mode that has not run in this reply though its look comes within
+        ``TRIAL_WITHIN`` of the best rate: a look is a forecast from estimates made on other
+        text (a code rewrite that prompt lookup decodes at 2.6x looked like 1.8 tokens per
+        step), and only the mode's own steps can correct it. One trial per reply and mode."""
+        bar = TRIAL_WITHIN * _per_s(rates[best])
+        open_ = [
+            m
+            for m, r in rates.items()
+            if m not in (Mode.AR, current)
+            and not self._state(m).ran_this_reply
+            and self._state(m).look is not None
+            and _per_s(r) >= bar
+        ]
+        if not open_:
+            return None
+        return max(open_, key=lambda m: _per_s(rates[m]))
 
     def _reason(
         self,
@@ -242,15 +288,17 @@ class ExpectedRatePolicy:
             return
         state = self._state(mode)
         state.last_look = self._steps
+        state.ran_this_reply = True
         if stats is not None:
             self.costs.observe_verify(stats.drafted + 1, depth, stats.verify_s)
             if timed or state.draft is None:
                 state.draft = _smooth(state.draft if timed else None, stats.draft_s)
                 rest = max(0.0, seconds - stats.verify_s - stats.draft_s)
                 state.rest = _smooth(state.rest if timed else None, rest)
-        if stats is not None and stats.predicted_tokens > 1.05:
-            ratio = (committed - 1) / (stats.predicted_tokens - 1)
-            state.honesty = _smooth(state.honesty, min(max(ratio, 0.0), 2.0))
+        if stats is not None and stats.predicted_tokens > 1.0:
+            keep = 1.0 - SMOOTHING
+            state.committed_extra = keep * state.committed_extra + (committed - 1)
+            state.expected_extra = keep * state.expected_extra + (stats.predicted_tokens - 1)
         # A mode's first step starts from what its plan expected, not from one sample.
         prior = state.realised if state.realised is not None else state.expected
         state.realised = _smooth(prior, float(committed))

@@ -170,4 +170,6 @@ class Session:
             yield Error(str(exc))
             return
         cancel = cancel or threading.Event()
+        for calibrator in self._calibrators.values():
+            calibrator.new_text()
         yield from Generation(self, list(prompt_ids), config, mode, cancel, sampler).events()

@@ -64,7 +64,7 @@ def test_plain_wins_when_looks_promise_nothing_and_a_confident_mode_wins_otherwi
     assert policy.choose(0, None).mode is Mode.AR  # nothing known yet: plain
     assert policy.preview_due(0, Mode.AR) in (Mode.DFLASH2, Mode.MTP)
     policy.observe_preview(Mode.DFLASH2, [0.1, 0.01], 0.015, 0)
-    policy.observe_preview(Mode.MTP, [0.2, 0.02], 0.015, 0)
+    policy.observe_preview(Mode.MTP, [0.05, 0.01], 0.015, 0)
     assert policy.choose(0, Mode.AR).mode is Mode.AR
     policy.observe_preview(Mode.MTP, [0.95, 0.9, 0.85], 0.010, 0)
     policy.observe_preview(Mode.MTP, [0.95, 0.9, 0.85], 0.010, 0)
@@ -73,6 +73,53 @@ def test_plain_wins_when_looks_promise_nothing_and_a_confident_mode_wins_otherwi
     assert (
         "MTP, 4 tokens verified: expects" in choice.reason and "Plain 1.0 tok/step" in choice.reason
     )
+
+
+def _run_dflash2(policy: ExpectedRatePolicy, steps: int, expected: float, committed: int) -> None:
+    """``steps`` DFlash2 steps whose plans expected ``expected`` tokens and got ``committed``."""
+    for _ in range(steps):
+        stats = StepStats(
+            Mode.DFLASH2,
+            committed=committed,
+            drafted=4,
+            draft_s=0.005,
+            verify_s=0.034,
+            predicted_tokens=expected,
+        )
+        policy.observe(Mode.DFLASH2, 0, committed, 0.04, stats)
+
+
+def test_a_mode_whose_look_comes_close_is_tried_once_in_a_reply():
+    policy = _policy(_costs(per_token_ms=1.0))  # plain: 30 ms a token
+    assert policy.choose(0, None).mode is Mode.AR
+    policy.observe(Mode.AR, 0, 1, 0.03)
+    policy.observe_preview(Mode.DFLASH2, [0.2, 0.05], 0.005, 0)  # 1.25 tokens at 37 ms
+    trial = policy.choose(0, Mode.AR)
+    assert trial.mode is Mode.DFLASH2 and trial.reason.startswith("trying DFlash2")
+    _run_dflash2(policy, 4, expected=1.25, committed=1)  # it commits nothing drafted
+    assert policy.choose(0, Mode.DFLASH2).mode is Mode.AR
+    for _ in range(40):  # the same reply: the same forecast no longer earns a trial
+        policy.observe(Mode.AR, 0, 1, 0.03)
+        policy.observe_preview(Mode.DFLASH2, [0.2, 0.05], 0.005, 0)
+        assert policy.choose(0, Mode.AR).mode is Mode.AR
+
+
+def test_a_mode_far_behind_plain_is_not_tried():
+    policy = _policy(_costs(per_token_ms=1.0))
+    policy.choose(0, None)
+    policy.observe_preview(Mode.DFLASH2, [0.02], 0.02, 0)  # 1.02 tokens at 51 ms: 0.6x plain
+    assert policy.choose(0, Mode.AR).mode is Mode.AR
+
+
+def test_an_over_promise_on_one_reply_counts_for_less_on_the_next():
+    policy = _policy(_costs(per_token_ms=1.0))
+    policy.choose(0, None)
+    _run_dflash2(policy, 12, expected=3.0, committed=1)  # plans promised 3, it got 1
+    assert policy.choose(0, Mode.DFLASH2).mode is Mode.AR
+    policy.choose(0, None)  # a new reply, other text: a confident look is believed enough
+    policy.observe_preview(Mode.DFLASH2, [0.95] * 6, 0.01, 0)
+    choice = policy.choose(0, Mode.AR)
+    assert choice.mode is Mode.DFLASH2 and not choice.reason.startswith("trying")
 
 
 def _look_gaps(policy: ExpectedRatePolicy, look_s: float) -> list[int]:
