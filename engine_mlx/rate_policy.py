@@ -24,7 +24,10 @@ and a step's own draft time is known once it has drafted. So:
   running drafting mode's is the tokens its recent steps committed (at most
   ``TRUST_ABOVE_EXPECTED`` times what its plans expected: a lucky run is not a trend) over
   their cost; a mode not running is rated by its recent looks. The best rate wins, with a
-  margin against flapping.
+  margin against flapping;
+- **a trial** (``_worth_a_trial``): a look is a forecast from estimates made on other text,
+  so a mode whose look comes within ``TRIAL_WITHIN`` of the best rate runs once per reply
+  until its own steps say what it does here (a few steps, at worst a little slower).
 
 The first step after a switch is not timed (the drafter catching up, the plain pipeline
 refilling): it would make every newly chosen mode look slower than it is. A forced mode
