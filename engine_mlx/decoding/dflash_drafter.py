@@ -19,6 +19,7 @@ from engine_mlx.decoding.draft_vocab import DraftVocabulary
 from engine_mlx.decoding.selector import BlockCandidates
 from engine_mlx.kernels import candidates
 from engine_mlx.kernels.launch import live_executor, record
+from engine_mlx.models import attention
 from engine_mlx.models.dflash import DFlashConfig, DFlashModel, DrafterMismatchError
 from engine_mlx.models.loading import ModelSpec
 from engine_mlx.models.target import TargetModel
@@ -139,7 +140,8 @@ class DFlashDrafter:
         if self.context_length == 0:
             raise RuntimeError("the drafter has no context yet: observe the prompt first")
         ctx_kv = [(c.keys[..., : c.offset, :], c.values[..., : c.offset, :]) for c in self._cache]
-        hidden = self.model(self.target.embed(block), ctx_kv, self.context_length)[0, 1:]
+        with attention.active():  # the numpy softmax at depth (``models.attention.attend``)
+            hidden = self.model(self.target.embed(block), ctx_kv, self.context_length)[0, 1:]
         if self.vocab is not None:
             return self.vocab.logits(hidden)
         return self.target.head(hidden)

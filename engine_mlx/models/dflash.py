@@ -26,6 +26,7 @@ from mlx_lm.models.rope_utils import initialize_rope
 
 from engine_mlx.errors import ModelLoadError
 from engine_mlx.kernels import local_conv
+from engine_mlx.models import attention
 from engine_mlx.models.loading import check_safetensors, read_config
 from engine_mlx.models.metadata import check_config
 from engine_mlx.models.weights import weight_mismatch
@@ -186,7 +187,7 @@ class DFlashAttention(nn.Module):
         v = pack(self._heads(self.v_proj(x), self.n_kv_heads))
         keys = mx.concatenate([ctx_k, k], axis=2)
         values = mx.concatenate([ctx_v, v], axis=2)
-        out = mx.fast.scaled_dot_product_attention(q, keys, values, scale=self.scale, mask=mask)
+        out = attention.attend(q, keys, values, self.scale, mask)
         out = out.reshape(seqs, self.n_heads, per_seq, length, -1).transpose(0, 2, 3, 1, 4)
         return self.o_proj(out.reshape(blocks, length, -1))
 

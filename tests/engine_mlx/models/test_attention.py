@@ -73,3 +73,25 @@ def test_speculation_with_numpy_attention_is_lossless(tiny_target, numpy_path_ev
     for width in (1, 4):
         spec_config = GenerationConfig(max_tokens=30, ignore_eos=True, mode="dflash2", width=width)
         assert list(session.generate(ids, spec_config))[-1].tokens == plain
+
+
+def test_the_drafters_proposal_takes_the_numpy_path_and_keeps_its_logits(tiny_target, monkeypatch):
+    from engine_mlx.decoding.dflash_drafter import DFlashDrafter
+    from tests.support.drafters import random_dflash
+
+    target = tiny_target("qwen3")
+    drafter = DFlashDrafter(random_dflash(target), target)
+    ids = target.tokenizer.encode("Hello world, the quick brown fox jumps over the lazy dog")
+    out = target.forward(mx.array(ids), target.make_cache(), capture=drafter.capture_layers)
+    drafter.observe(ids, out.features)
+    monkeypatch.setattr(attention, "MIN_SCORES", 10**9)  # fused everywhere
+    fused = drafter.block_logits(ids[-1], 5)
+    calls = []
+    real = attention.numpy_softmax_attention
+    monkeypatch.setattr(attention, "MIN_SCORES", 0)
+    monkeypatch.setattr(
+        attention, "numpy_softmax_attention", lambda *a: calls.append(1) or real(*a)
+    )
+    numpy_path = drafter.block_logits(ids[-1], 5)
+    assert len(calls) == len(drafter.model.layers)
+    assert mx.allclose(numpy_path, fused, atol=1e-4).item()
