@@ -200,25 +200,25 @@ class ExpectedRatePolicy:
             if best is not Mode.AR:  # joining: its own steps will say how it does now
                 self._state(best).realised = self._state(best).expected = None
             return Choice(best, self._reason(best, rates[best], depth, current, here))
-        trial = self._worth_a_trial(rates, best, current)
+        trial = self._worth_a_trial(rates, best) if current is Mode.AR else None
         if trial is not None:
             self._state(trial).realised = self._state(trial).expected = None
             why = self._reason(trial, rates[trial], depth, current, here)
             return Choice(trial, f"trying {why}")
         return Choice(current)
 
-    def _worth_a_trial(
-        self, rates: dict[Mode, LengthPlan], best: Mode, current: Mode
-    ) -> Mode | None:
-        """A drafting mode that has not run in this reply though its look comes within
-        ``TRIAL_WITHIN`` of the best rate: a look is a forecast from estimates made on other
-        text (a code rewrite that prompt lookup decodes at 2.6x looked like 1.8 tokens per
-        step), and only the mode's own steps can correct it. One trial per reply and mode."""
+    def _worth_a_trial(self, rates: dict[Mode, LengthPlan], best: Mode) -> Mode | None:
+        """While decoding plainly: a drafting mode that has not run in this reply though its
+        look comes within ``TRIAL_WITHIN`` of the best rate. A look is a forecast from
+        estimates made on other text (a code rewrite that prompt lookup decodes at 2.6x looked
+        like 1.8 tokens per step), and only the mode's own steps can correct it. One trial per
+        reply and mode, and none away from a drafting mode that is running: it has its own
+        steps to go by."""
         bar = TRIAL_WITHIN * _per_s(rates[best])
         open_ = [
             m
             for m, r in rates.items()
-            if m not in (Mode.AR, current)
+            if m is not Mode.AR
             and not self._state(m).ran_this_reply
             and self._state(m).look is not None
             and _per_s(r) >= bar
