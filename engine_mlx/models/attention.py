@@ -91,10 +91,15 @@ def numpy_softmax_attention(
     return (probs @ values).reshape(b, h, length, d)
 
 
+def engine_forward_on_cpu() -> bool:
+    """Inside the engine's forward (``active``), on the CPU backend."""
+    return bool(getattr(_state, "active", False))
+
+
 def _numpy_pays(queries: mx.array, keys: mx.array) -> bool:
     """Inside the engine's forward on the CPU, fp32, one sequence, enough scores."""
     return (
-        getattr(_state, "active", False)
+        engine_forward_on_cpu()
         and queries.dtype == mx.float32
         and queries.shape[0] == 1
         and queries.shape[2] >= 1

@@ -23,7 +23,7 @@ from mlx_lm.models.cache import ArraysCache, KVCache, make_prompt_cache
 from engine_mlx.backend import compute_dtype
 from engine_mlx.errors import ModelLoadError
 from engine_mlx.kernels import kv_compact
-from engine_mlx.models import attention
+from engine_mlx.models import attention, swiglu
 from engine_mlx.models.loading import ModelSpec, validate_model_folder
 
 
@@ -89,6 +89,7 @@ class TargetModel:
                 if hasattr(layer, "self_attn")
             }
         )
+        swiglu.install({type(lyr.mlp).__module__ for lyr in self.layers if hasattr(lyr, "mlp")})
         self.dtype = self.inner.embed_tokens.weight.dtype
 
     # ----------------------------------------------------------------- loading
