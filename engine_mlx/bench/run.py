@@ -10,6 +10,7 @@ import argparse
 import json
 import statistics
 from dataclasses import replace
+from math import nan
 from typing import Any
 
 from engine_mlx.arguments import config_from_args, parse_modes, resolve_model, speculators_from_args
@@ -187,10 +188,11 @@ def _print_table(rows: list[dict[str, Any]], ratios: list[dict[str, Any]]) -> No
         vs_lm = f"{x['decode_vs_mlx_lm']:.2f}x" if "decode_vs_mlx_lm" in x else ""
         vs_zl = f"{x['decode_vs_zlab']:.2f}x" if "decode_vs_zlab" in x else ""
         same = {True: "yes", False: "NO"}.get(r.get("identical_to_first"), "")
-        acc = r.get("acceptance", float("nan"))
+        acc = r.get("acceptance", nan)
         print(
             f"{r['impl']:<9} {r['mode']:<8} {r['width']:>2} {r['depth']:>6} "
-            f"{r['prefill_tps']:>9.1f} {r['ttft_s'] * 1000:>8.0f} {r['decode_tps']:>7.2f} "
+            f"{r.get('prefill_tps', nan):>9.1f} {r.get('ttft_s', nan) * 1000:>8.0f} "
+            f"{r['decode_tps']:>7.2f} "
             f"{r['tau']:>5.2f} {'' if acc != acc else f'{acc:.0%}':>5} "
             f"{r.get('draft_ms', 0):>6.1f} {r.get('verify_ms', 0):>7.1f} "
             f"{r.get('commit_ms', 0):>6.1f} {vs_ar:>6} {vs_lm:>9} {vs_zl:>8} {same:>4}"
