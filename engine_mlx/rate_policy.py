@@ -291,7 +291,9 @@ class ExpectedRatePolicy:
             return
         state = self._state(mode)
         state.last_look = self._steps
-        state.ran_this_reply = True
+        # Only a step that verified drafted tokens tested the mode on this text (a step whose
+        # plan verified none — a plain step in the mode's clothes — does not use up its trial).
+        state.ran_this_reply |= stats is None or stats.drafted > 0
         if stats is not None:
             self.costs.observe_verify(stats.drafted + 1, depth, stats.verify_s)
             if timed or state.draft is None:

@@ -104,6 +104,16 @@ def test_a_mode_whose_look_comes_close_is_tried_once_in_a_reply():
         assert policy.choose(0, Mode.AR).mode is Mode.AR
 
 
+def test_a_step_that_verified_no_draft_does_not_use_up_the_trial():
+    policy = _policy(_costs(per_token_ms=1.0))
+    policy.choose(0, None)
+    stats = StepStats(Mode.DFLASH2, committed=1, drafted=0, draft_s=0.005, verify_s=0.03)
+    policy.observe(Mode.DFLASH2, 0, 1, 0.036, stats)  # its plan verified nothing drafted
+    policy.observe(Mode.AR, 0, 1, 0.03)
+    policy.observe_preview(Mode.DFLASH2, [0.2, 0.05], 0.005, 0)
+    assert policy.choose(0, Mode.AR).reason.startswith("trying DFlash2")
+
+
 def test_a_mode_far_behind_plain_is_not_tried():
     policy = _policy(_costs(per_token_ms=1.0))
     policy.choose(0, None)
