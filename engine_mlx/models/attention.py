@@ -144,10 +144,15 @@ def install(module_names: set[str]) -> None:
     from mlx_lm.models import base
 
     _originals.setdefault("base", base.scaled_dot_product_attention)
-    for name in module_names:
-        module = sys.modules.get(name)
-        if module is not None and hasattr(module, "scaled_dot_product_attention"):
-            module.scaled_dot_product_attention = _dispatch
+    route(module_names, "scaled_dot_product_attention", _dispatch)
+
+
+def route(module_names: set[str], name: str, dispatcher: Any) -> None:
+    """Point ``name`` at ``dispatcher`` in every named, imported module that has it."""
+    for module_name in module_names:
+        module = sys.modules.get(module_name)
+        if module is not None and hasattr(module, name):
+            setattr(module, name, dispatcher)
 
 
 class active:

@@ -16,7 +16,6 @@ runs, so an mlx-lm baseline in the same process keeps mlx-lm's behaviour.
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import mlx.core as mx
@@ -48,7 +47,4 @@ def install(module_names: set[str]) -> None:
     from mlx_lm.models import activations
 
     _originals.setdefault("swiglu", activations.swiglu)
-    for name in module_names:
-        module = sys.modules.get(name)
-        if module is not None and hasattr(module, "swiglu"):
-            module.swiglu = _dispatch
+    attention.route(module_names, "swiglu", _dispatch)
