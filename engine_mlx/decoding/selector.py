@@ -72,15 +72,33 @@ class AcceptanceCalibrator:
             self._hits[source] *= keep
             self._trials[source] *= keep
 
-    def observe(self, tree: CandidateTree, result: Acceptance) -> None:
-        """Every child of every node the walk visited was tested against the target."""
+    def observe(
+        self, tree: CandidateTree, result: Acceptance, proposed: CandidateTree | None = None
+    ) -> None:
+        """Every child of every node the walk visited was tested against the target.
+
+        ``proposed`` is the tree before a length plan cut it to ``tree``. The candidates cut
+        under the node where the walk stopped are judged for free: the bonus token is the
+        target's pick there, so each of them would have been accepted exactly when it equals
+        the bonus. Without this, a step that verifies little (because the estimates are low)
+        never sees the evidence that would raise them (in the Qwen suite's prose cell at
+        depth 4k, auto's DFlash2 steps verified nothing where fixed DFlash2 committed 4.9
+        tokens a step)."""
         accepted = set(result.path)
         for node in [0, *result.path]:
             for child in tree.children[node].values():
-                hits, trials = self._arrays(tree.sources[child])
-                d, b = self._cell(tree.depths[child], tree.probs[child])
-                trials[d, b] += 1
-                hits[d, b] += child in accepted
+                self._count(tree, child, child in accepted)
+        if proposed is not None and len(proposed) > len(tree):
+            last = result.path[-1] if result.path else 0
+            for token, child in proposed.children[last].items():
+                if child >= len(tree):
+                    self._count(proposed, child, token == result.bonus)
+
+    def _count(self, tree: CandidateTree, node: int, hit: bool) -> None:
+        hits, trials = self._arrays(tree.sources[node])
+        d, b = self._cell(tree.depths[node], tree.probs[node])
+        trials[d, b] += 1
+        hits[d, b] += hit
 
 
 @dataclass(frozen=True)

@@ -238,7 +238,7 @@ class Speculative:
         tree = self.propose(root, max_depth=min(self.block_size - 1, limit - 1))
         t1 = time.perf_counter()
         prefix = self.target.cache_length(self.cache)
-        plan = None
+        plan, proposed = None, tree
         if self.planner is not None:
             plan = self.planner(self.name, tree.scores[1:], t1 - t0, prefix)
             tree = tree.truncated(plan.nodes)
@@ -263,7 +263,7 @@ class Speculative:
                 self.feed(committed_ids, feats, self.drafter)
             elif self.drafter is not None:
                 self.drafter.observe(committed_ids, feats)
-        self.calibrator.observe(tree, result)
+        self.calibrator.observe(tree, result, proposed)
         self._root = mx.array(result.bonus)
         t3 = time.perf_counter()
         stats = StepStats(

@@ -35,3 +35,38 @@ def test_a_new_text_recalibrates_faster_than_the_old_evidence_alone_would_allow(
         for _ in range(6):  # the next reply: always right
             _test_one(calibrator, "ngram", accepted=True)
     assert renewed.estimate("ngram", 1, 0.9) > 1.5 * kept.estimate("ngram", 1, 0.9)
+
+
+def _cut_step(calibrator: AcceptanceCalibrator, bonus: int) -> None:
+    """A plan that verified none of the two proposed depth-1 candidates (tokens 7 and 8, drafted
+    with probability 0.3); the target then picked ``bonus``."""
+    proposed = CandidateTree.rooted(0)
+    proposed.add(0, 7, 0.3, "dflash2", score=0.3)
+    proposed.add(0, 8, 0.3, "dflash2", score=0.3)
+    verified = proposed.truncated(0)
+    calibrator.observe(verified, Acceptance(path=[], tokens=[bonus], tested=0), proposed)
+
+
+def test_candidates_a_plan_cut_are_judged_by_the_bonus_token():
+    right, wrong, blind = AcceptanceCalibrator(), AcceptanceCalibrator(), AcceptanceCalibrator()
+    prior = blind.estimate("dflash2", 1, 0.3)
+    for _ in range(10):
+        _cut_step(right, bonus=7)  # the cut candidate 7 was the target's pick
+        _cut_step(wrong, bonus=9)  # neither was
+        blind.observe(CandidateTree.rooted(0), Acceptance(path=[], tokens=[9], tested=0))
+    assert right.estimate("dflash2", 1, 0.3) > prior + 0.15
+    assert wrong.estimate("dflash2", 1, 0.3) < prior / 2
+    assert blind.estimate("dflash2", 1, 0.3) == prior
+
+
+def test_only_the_node_where_the_walk_stopped_gets_evidence_for_free():
+    proposed = CandidateTree.rooted(0)
+    first = proposed.add(0, 7, 0.95, "dflash2", score=0.95)
+    proposed.add(first, 5, 0.3, "dflash2", score=0.3)  # under the accepted node: judged
+    proposed.add(0, 8, 0.05, "dflash2", score=0.05)  # beside the accepted path: not judged
+    verified = proposed.truncated(1)
+    calibrator = AcceptanceCalibrator()
+    calibrator.observe(verified, Acceptance(path=[first], tokens=[7, 5], tested=1), proposed)
+    blind = AcceptanceCalibrator()
+    assert calibrator.estimate("dflash2", 2, 0.3) > blind.estimate("dflash2", 2, 0.3)
+    assert calibrator.estimate("dflash2", 1, 0.05) == blind.estimate("dflash2", 1, 0.05)
