@@ -83,6 +83,7 @@ class Generation:
         self.text_parts: list[str] = []
         self.tokens: list[int] = []
         self.depth = len(prompt)
+        self._previews: dict[Mode, int] = {}  # mode -> len(tokens) at its pending look
 
     def events(self) -> Iterator[Event]:
         prompt = self.prompt
@@ -179,6 +180,7 @@ class Generation:
         preview = self._strategy(other)
         scores, seconds = preview.preview(strategy.peek_root())  # type: ignore[attr-defined]
         self.policy.observe_preview(other, scores, seconds, self.depth)  # type: ignore[union-attr]
+        self._previews[other] = len(self.tokens)
 
     def _step(self, strategy: Strategy, mode: Mode) -> tuple[Tokens, bool]:
         """One verification step's tokens, cut at EOS, the token budget and the context."""
@@ -198,6 +200,9 @@ class Generation:
             new = new[:hit_eos]
         self.tokens.extend(new)
         self.depth += len(new)
+        for looked, start in list(self._previews.items()):  # the looks' drafts, judged
+            if self.strategies[looked].judge_preview(self.tokens[start:]):  # type: ignore[attr-defined]
+                del self._previews[looked]
         live = self.stats.record(step_stats, self.depth)
         flags = outcome.from_draft[: len(new)]
         n_draft = sum(flags)  # drafted tokens come first, the target's own token last

@@ -42,6 +42,22 @@ def walk(tree: CandidateTree, target_choice: list[int]) -> Acceptance:
     return Acceptance(path=path, tokens=[tree.tokens[i] for i in path] + [bonus], tested=tested)
 
 
+def replay(tree: CandidateTree, committed: list[int]) -> Acceptance | None:
+    """The walk the target in fact made over an unverified ``tree``: ``committed`` are the
+    tokens it committed after the root, in whatever mode. The same event as verification (a
+    candidate passes exactly when it is the target's pick), so the same evidence; None until
+    those tokens decide the walk."""
+    node, path = 0, []
+    for token in committed:
+        child = tree.children[node].get(int(token))
+        if child is None:
+            tested = len(path) + (1 if tree.children[node] else 0)
+            return Acceptance(path, [tree.tokens[i] for i in path] + [int(token)], tested)
+        path.append(child)
+        node = child
+    return None
+
+
 def accept(tree: CandidateTree, logits: mx.array, sampler: Sampler) -> Acceptance:
     """The target's picks for every node of ``tree`` (logits [N, V] from its verification)
     and the walk. Where kernels run (a GPU backend, or the emulator), picks and walk run on

@@ -181,3 +181,31 @@ def test_sampled_distribution_matches_plain_sampling(mode, width, tiny_vocab_tar
         assert p > 1e-3, (pos, p)
     # drafts were really accepted, not just rejected (auto also spends steps in plain decoding)
     assert accepted > (runs // 4 if mode == "dflash2" else runs // 30)
+
+
+def test_a_look_is_judged_by_the_tokens_committed_after_it(tiny_target):
+    """Auto's look at a mode that is not running drafts without verifying; once later steps
+    (of any mode) commit the target's tokens, the look counts as verified evidence."""
+    target = tiny_target("llama")
+    ids = target.tokenizer.encode(PROMPT)
+    plain = list(_tokens(Session(target), ids, max_tokens=8))
+    oracle = OracleDrafter(target, block_size=5)
+    oracle.observe(ids, [])
+    calibrator, blind = AcceptanceCalibrator(), AcceptanceCalibrator()
+    spec = Speculative(
+        "dflash2",
+        target,
+        target.make_cache(),
+        Sampler(SamplingParams()),
+        calibrator,
+        drafter=oracle,
+        block_size=5,
+    )
+    spec.preview(plain[0])
+    assert not spec.judge_preview(plain[1:3])  # every token so far was drafted: not decided
+    assert spec.judge_preview(plain[1:])
+    block = oracle.propose(plain[0], 4, top_k=1)
+    for depth in range(1, 5):
+        prob = float(block.probs[depth - 1][0])
+        assert calibrator.estimate("dflash2", depth, prob) > blind.estimate("dflash2", depth, prob)
+    assert spec.judge_preview(plain[1:])  # judged once: nothing left to judge
