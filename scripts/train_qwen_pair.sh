@@ -3,7 +3,8 @@
 # scratch: the target's own continuations (contexts up to ~2.3k tokens; code, chat, prose and
 # math; a quarter sampled at 0.7) -> a drafter and an MTP head -> resources/companions/.
 # Every step resumes where it stopped when rerun; SHARDS stops the dataset early (the shipped
-# pair: 41 of 64). Usage: bash scripts/train_qwen_pair.sh WORKDIR CORPORA_DIR
+# drafter: 1,200 steps on the first 41 of 64 batches, then resumed to 2,800 steps on 60).
+# Usage: bash scripts/train_qwen_pair.sh WORKDIR CORPORA_DIR
 # (CORPORA_DIR: prose/*.txt and code/*.txt, e.g. from the offline corpora fetch script).
 set -euo pipefail
 WORK=${1:?work folder}; CORPORA=${2:?corpora folder}
@@ -15,7 +16,7 @@ mkdir -p "$WORK"
 $PY -m engine_mlx make-dataset --model "$MODEL" --out "$WORK/data" --corpora "$CORPORA" \
   --shards "${SHARDS:-64}" --batch 32 --new-tokens 256 --prompt-lengths 128,384,768,128,256,1024,2040
 $PY -m engine_mlx train-drafter --model "$MODEL" --data "$WORK/data" --out "$WORK/drafter" \
-  --steps "${DRAFTER_STEPS:-1200}" --layers 3 --mlp 1216 --block 8 --conv 4
+  --steps "${DRAFTER_STEPS:-2800}" --layers 3 --mlp 1216 --block 8 --conv 4
 $PY -m engine_mlx train-mtp --model "$MODEL" --data "$WORK/data" \
   --out "$WORK/mtp.safetensors" --steps "${MTP_STEPS:-300}" --hidden pre
 # The MTP head trained so far is slower than plain decoding, so it is not exported (MODEL_CARD);
