@@ -61,7 +61,7 @@ def add_training_commands(sub: argparse._SubParsersAction) -> None:
     tm.add_argument("--out", type=Path, required=True, help="the head's .safetensors file")
     tm.add_argument("--steps", type=int, default=600)
     tm.add_argument("--positions", type=int, default=1024, help="predictions per step")
-    tm.add_argument("--lr", type=float, default=1e-3)
+    tm.add_argument("--lr", type=float, default=1e-4)
     tm.add_argument("--hidden", default="pre", choices=["post", "pre"], help="measured: pre")
     tm.add_argument("--seed", type=int, default=0)
 

@@ -35,7 +35,7 @@ class MTPTrainConfig:
     steps: int = 600
     positions: int = 1024  # continuation positions per step (whole sequences, about)
     vocab_sample: int = 2048  # random extra tokens scored per step; 0 = full vocabulary
-    lr: float = 1e-3
+    lr: float = 1e-4
     hidden: str = "pre"  # the target state the head reads: measured better (decoding.mtp_drafter)
     seed: int = 0
     checkpoint_every: int = 50
@@ -94,6 +94,24 @@ def mtp_loss(head: MTPHead, target: TargetModel, batch: MTPBatch) -> tuple[mx.ar
     return weighted_kl(logits, batch.teacher_ids, batch.teacher_p, batch.weights), logits
 
 
+def starting_head(target: TargetModel) -> MTPHead:
+    """A new head whose layer starts as the identity: a copy of the target's layer with its
+    two output projections (attention ``o_proj``, MLP ``down_proj``) zeroed, so at step 0
+    the head is the linear map ``fc`` through the output norm, and the layer's contribution
+    grows from nothing. Why: the copied layer was made for embedding-scale inputs (Qwen2.5's
+    embeddings have RMS 0.017, ``fc``'s output 0.58) and, left whole, wiped out what ``fc``
+    carried: on one Qwen2.5-Coder-0.5B batch, 30 steps of lr 3e-4 took the KL from 8.2 to 1.4
+    this way and only to 6.0 from the whole copy (lr 1e-3)."""
+    head = new_head(target)
+    layer = head.layers[0]
+    for projection in (getattr(layer, "self_attn", None), getattr(layer, "mlp", None)):
+        for name in ("o_proj", "down_proj"):
+            linear = getattr(projection, name, None)
+            if linear is not None:
+                linear.weight = mx.zeros_like(linear.weight)
+    return head
+
+
 def train_mtp(
     target: TargetModel,
     data: str | Path,
@@ -107,7 +125,7 @@ def train_mtp(
     costs a few steps of warm-up)."""
     out = Path(out)
     mx.random.seed(config.seed)
-    head = load_mtp(target, out) if out.exists() else new_head(target)
+    head = load_mtp(target, out) if out.exists() else starting_head(target)
     history_file = out.with_suffix(".json")
     history = json.loads(history_file.read_text())["history"] if history_file.exists() else []
     sampler = SequenceSampler(data)

@@ -39,3 +39,15 @@ def test_training_lowers_loss_and_resumes(tiny_dataset, tiny_target, tmp_path):
     spec = list(session.generate(ids, cfg))[-1]
     plain = list(Session(target).generate(ids, GenerationConfig(max_tokens=24, ignore_eos=True)))
     assert spec.tokens == plain[-1].tokens
+
+
+def test_starting_head_layer_is_the_identity(tiny_target):
+    """A new head's layer adds nothing at step 0: its output projections are zero."""
+    import mlx.core as mx
+
+    from engine_mlx.training.mtp import starting_head
+
+    target = tiny_target("llama")
+    head = starting_head(target)
+    x = mx.random.normal((1, 5, target.spec.hidden_size))
+    assert mx.allclose(head.layers[0](x, "causal", None), x).item()
