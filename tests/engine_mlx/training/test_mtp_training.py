@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 
+import mlx.core as mx
 import numpy as np
 
 from engine_mlx.config import GenerationConfig
 from engine_mlx.decoding.mtp_drafter import MTPDrafter
 from engine_mlx.models.mtp import load_mtp
 from engine_mlx.session import Session
-from engine_mlx.training.mtp import MTPTrainConfig, train_mtp
+from engine_mlx.training.mtp import MTPTrainConfig, starting_head, train_mtp
 
 
 def test_training_lowers_loss_and_resumes(tiny_dataset, tiny_target, tmp_path):
@@ -43,10 +44,6 @@ def test_training_lowers_loss_and_resumes(tiny_dataset, tiny_target, tmp_path):
 
 def test_starting_head_layer_is_the_identity(tiny_target):
     """A new head's layer adds nothing at step 0: its output projections are zero."""
-    import mlx.core as mx
-
-    from engine_mlx.training.mtp import starting_head
-
     target = tiny_target("llama")
     head = starting_head(target)
     x = mx.random.normal((1, 5, target.spec.hidden_size))
