@@ -7,7 +7,8 @@ layer of the target's own kind — and ``norm``); mlx-lm's sanitize drops them, 
 read here. Hugging Face Qwen3.5 checkpoints store RMSNorm weights zero-centred (applied as
 ``x * (1 + w)``), detected as mlx-lm does (unconverted conv1d weights). A target without a
 built-in head can use a separate safetensors file with the same key names (metadata
-``zero_centered_norms`` says which convention it uses).
+``zero_centered_norms`` says which convention it uses); such a file may also carry a
+``draft_vocab`` tensor, the tokens its drafts come from (``decoding.draft_vocab``).
 
 Forward for the token after t+1: ``h' = layer(fc(concat[norm_e(embed(t+1)), norm_h(h_t)]))``,
 logits ``head(norm(h'))``; chained by feeding ``h'`` back.
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import mlx.core as mx
 import mlx.nn as nn
+import numpy as np
 from mlx.utils import tree_flatten
 
 from engine_mlx.errors import ModelLoadError
@@ -28,6 +30,7 @@ from engine_mlx.models.target import TargetModel
 from engine_mlx.models.weights import weight_mismatch
 
 NORM_SUFFIXES = ("norm.weight", "layernorm.weight", "q_norm.weight", "k_norm.weight")
+DRAFT_VOCAB_KEY = "draft_vocab"
 
 
 class MTPUnavailable(Exception):
@@ -38,6 +41,7 @@ class MTPHead(nn.Module):
     def __init__(self, hidden: int, eps: float, layer: nn.Module) -> None:
         super().__init__()
         self.reads: str | None = None  # "pre"/"post" final norm, where the file records it
+        self.draft_vocab: np.ndarray | None = None  # token ids it drafts from; None: all
         self.fc = nn.Linear(2 * hidden, hidden, bias=False)
         self.pre_fc_norm_embedding = nn.RMSNorm(hidden, eps=eps)
         self.pre_fc_norm_hidden = nn.RMSNorm(hidden, eps=eps)
@@ -90,7 +94,8 @@ def load_mtp(target: TargetModel, file: str | Path | None = None) -> MTPHead:
         except ModelLoadError as exc:
             raise MTPUnavailable(str(exc)) from exc
         weights, _ = _mtp_weights([path])
-        _, meta = mx.load(str(path), return_metadata=True)
+        arrays, meta = mx.load(str(path), return_metadata=True)
+        draft_vocab = _draft_vocab(arrays.get(DRAFT_VOCAB_KEY), target.spec.vocab_size, path)
         zero_centered = meta.get("zero_centered_norms") == "1"
         reads = meta.get("reads_hidden")
         where = path.name
@@ -98,7 +103,7 @@ def load_mtp(target: TargetModel, file: str | Path | None = None) -> MTPHead:
         files = sorted(target.spec.path.glob("model*.safetensors"))
         weights, zero_centered = _mtp_weights(files)
         zero_centered = zero_centered and target.spec.model_type.startswith("qwen3_5")
-        reads = None
+        reads, draft_vocab = None, None
         where = target.spec.name
     if not weights:
         raise MTPUnavailable(f"{where} has no mtp.* weights (no built-in MTP head)")
@@ -115,16 +120,37 @@ def load_mtp(target: TargetModel, file: str | Path | None = None) -> MTPHead:
         loaded.append((key, value.astype(expected[key].dtype)))
     head.load_weights(loaded)
     head.reads = reads if reads in ("pre", "post") else None
+    head.draft_vocab = draft_vocab
     mx.eval(head.parameters())
     return head
 
 
-def save_mtp(head: MTPHead, path: str | Path, reads: str | None = None) -> Path:
+def _draft_vocab(ids: mx.array | None, vocab_size: int, path: Path) -> np.ndarray | None:
+    if ids is None:
+        return None
+    ids = np.array(ids)
+    if ids.ndim != 1 or ids.size == 0 or not np.issubdtype(ids.dtype, np.integer):
+        raise MTPUnavailable(f"{path.name}: its draft_vocab is not a list of token ids")
+    if ids.min() < 0 or ids.max() >= vocab_size:
+        raise MTPUnavailable(f"{path.name}: its draft_vocab is not of a {vocab_size:,}-token model")
+    return ids.astype(np.int32)
+
+
+def save_mtp(
+    head: MTPHead,
+    path: str | Path,
+    reads: str | None = None,
+    draft_vocab: np.ndarray | None = None,
+) -> Path:
     """Write a separate MTP file (``mtp.*`` keys, ordinary norms), recording which target
-    state the head was trained on (``reads``: "pre" or "post" final norm) when known."""
+    state the head was trained on (``reads``: "pre" or "post" final norm) when known, and
+    the tokens it drafts from (``draft_vocab``, else the head's own) when there is a subset."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     weights = {f"mtp.{k}": v for k, v in tree_flatten(head.parameters())}
+    vocab = draft_vocab if draft_vocab is not None else head.draft_vocab
+    if vocab is not None:
+        weights[DRAFT_VOCAB_KEY] = mx.array(np.asarray(vocab, dtype=np.int32))
     metadata = {"zero_centered_norms": "0"}
     if reads or head.reads:
         metadata["reads_hidden"] = reads or head.reads

@@ -23,6 +23,7 @@ import mlx.nn as nn
 import mlx.optimizers as optim
 import numpy as np
 
+from engine_mlx.decoding.draft_vocab import DEFAULT_SIZE, continuation_counts, frequent_tokens
 from engine_mlx.models.mtp import MTPHead, load_mtp, new_head, save_mtp
 from engine_mlx.models.target import TargetModel
 from engine_mlx.training.dataset import load_fields
@@ -39,6 +40,7 @@ class MTPTrainConfig:
     hidden: str = "pre"  # the target state the head reads: measured better (decoding.mtp_drafter)
     seed: int = 0
     checkpoint_every: int = 50
+    draft_vocab: int = DEFAULT_SIZE  # tokens it may propose (decoding.draft_vocab)
 
 
 @dataclass
@@ -129,6 +131,12 @@ def train_mtp(
     history_file = out.with_suffix(".json")
     history = json.loads(history_file.read_text())["history"] if history_file.exists() else []
     sampler = SequenceSampler(data)
+    vocab_size = target.spec.vocab_size
+    if config.draft_vocab < vocab_size:
+        counts = continuation_counts(sampler.shards, vocab_size)
+        head.draft_vocab = frequent_tokens(counts, config.draft_vocab)
+    else:
+        head.draft_vocab = None
     head.train()
     optimizer = optim.AdamW(learning_rate=config.lr, weight_decay=0.0)
     loss_and_grad = nn.value_and_grad(head, lambda m, b: mtp_loss(m, target, b))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 import mlx.core as mx
+import numpy as np
 import pytest
 from mlx.utils import tree_flatten
 
@@ -113,6 +114,39 @@ def test_sampled_mtp_matches_plain_sampling_in_distribution(arch, tmp_path):
         p = _chi_square_p(Counter(t[pos] for t in plain), Counter(t[pos] for t in spec))
         assert p > 1e-3, (pos, p)
     assert accepted > 0
+
+
+def test_head_with_a_draft_vocabulary_drafts_from_it_losslessly(tiny_target, tmp_path):
+    """A head file carrying ``draft_vocab`` proposes only its tokens and the context's; the
+    output stays the target's own."""
+    target = tiny_target("llama")
+    frequent = np.arange(150, 320, 4, dtype=np.int32)  # ids unlike their column numbers
+    file = save_mtp(random_mtp_head(target, seed=2), tmp_path / "mtp.safetensors", None, frequent)
+    head = load_mtp(target, file)
+    assert head.draft_vocab.tolist() == frequent.tolist()
+    whole = load_mtp(target, file)
+    whole.draft_vocab = None  # the same head, drafting from the whole vocabulary
+    full, sub = MTPDrafter(whole, target, 3), MTPDrafter(head, target, 3)
+    ids = target.tokenizer.encode(PROMPT)
+    out = target.forward(mx.array(ids), target.make_cache(), capture=sub.capture_layers)
+    for drafter in (full, sub):
+        drafter.observe(ids, out.features)
+    allowed = np.array(sorted(set(frequent.tolist()) | set(ids)))
+    block = sub.propose(ids[-1], 3, top_k=4)
+    assert set(block.tokens.ravel().tolist()) <= set(allowed.tolist())
+    # its first draft is the full head's best allowed token
+    first = np.array(full.propose(ids[-1], 1, top_k=320).tokens[0])
+    assert block.tokens[0, 0] == next(t for t in first if t in set(allowed.tolist()))
+    cfg = GenerationConfig(max_tokens=40, mode="mtp", mtp_steps=3, ignore_eos=True)
+    sub.reset()
+    finished = list(Session(target, mtp=sub).generate(ids, cfg))[-1]
+    assert finished.tokens == _plain(target, ids, 40)
+    assert finished.stats.drafted > 0
+    weights = dict(mx.load(str(file)))
+    weights["draft_vocab"] = mx.array([3, 999])
+    mx.save_safetensors(str(file), weights)
+    with pytest.raises(MTPUnavailable, match="draft_vocab is not of a 320-token model"):
+        load_mtp(target, file)
 
 
 def test_missing_and_misshapen_heads_are_unavailable(tiny_target, tmp_path):

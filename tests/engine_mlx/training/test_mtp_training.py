@@ -9,9 +9,11 @@ import mlx.core as mx
 import numpy as np
 
 from engine_mlx.config import GenerationConfig
+from engine_mlx.decoding.draft_vocab import continuation_counts
 from engine_mlx.decoding.mtp_drafter import MTPDrafter
 from engine_mlx.models.mtp import load_mtp
 from engine_mlx.session import Session
+from engine_mlx.training.dataset import load_fields
 from engine_mlx.training.mtp import MTPTrainConfig, starting_head, train_mtp
 
 
@@ -48,3 +50,18 @@ def test_starting_head_layer_is_the_identity(tiny_target):
     head = starting_head(target)
     x = mx.random.normal((1, 5, target.spec.hidden_size))
     assert mx.allclose(head.layers[0](x, "causal", None), x).item()
+
+
+def test_trained_head_carries_the_dataset_s_frequent_tokens(tiny_dataset, tiny_target, tmp_path):
+    """The head's file lists the tokens the target generated most in the dataset, which it
+    then drafts from; a draft vocabulary as large as the model's is left out."""
+    target = tiny_target("llama")
+    config = MTPTrainConfig(steps=1, positions=64, draft_vocab=40)
+    train_mtp(target, tiny_dataset, tmp_path / "a.safetensors", config, log=lambda _: None)
+    vocab = load_mtp(target, tmp_path / "a.safetensors").draft_vocab
+    assert vocab is not None and len(vocab) == 40
+    counts = continuation_counts(load_fields(tiny_dataset, ("tokens", "lengths")), 320)
+    assert counts[vocab].min() >= np.sort(counts)[-40]  # the 40 most generated
+    whole = MTPTrainConfig(steps=1, positions=64, draft_vocab=320)
+    train_mtp(target, tiny_dataset, tmp_path / "b.safetensors", whole, log=lambda _: None)
+    assert load_mtp(target, tmp_path / "b.safetensors").draft_vocab is None
