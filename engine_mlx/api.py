@@ -44,7 +44,7 @@ def load_drafter(path: str | Path, target: TargetModel) -> DFlashDrafter:
 def load_mtp_drafter(
     target: TargetModel,
     file: str | Path | None = None,
-    steps: int = 3,
+    steps: int | None = None,
     hidden: str | None = None,
 ) -> tuple[MTPDrafter | None, str]:
     """The target's built-in MTP head (or the one in ``file``), or None and the reason."""
@@ -70,7 +70,7 @@ def load_speculators(
     drafter: str | Path | None = None,
     mtp_file: str | Path | None = None,
     *,
-    mtp_steps: int = 3,
+    mtp_steps: int | None = None,
     mtp_hidden: str | None = None,
     companions: bool = True,
 ) -> Speculators:

@@ -34,7 +34,12 @@ def add_speculation(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--mtp", default=None, help="MTP head: a separate .safetensors file (default: built-in)"
     )
-    p.add_argument("--mtp-steps", type=int, default=3, help="tokens the MTP head drafts (1-4)")
+    p.add_argument(
+        "--mtp-steps",
+        type=int,
+        default=None,
+        help="tokens the MTP head drafts (1-4; default: what its file recommends, else 3)",
+    )
     p.add_argument(
         "--no-companions",
         action="store_true",

@@ -1,6 +1,6 @@
 """The speculators shipped for the bundled models (``resources/companions/<model>/``, each
-with its MODEL_CARD.md): a DFlash2 drafter for Qwen2.5-Coder-0.5B-Instruct (the demo; its MTP
-head is still in training), a drafter and an MTP head for SmolLM2-135M-Instruct.
+with its MODEL_CARD.md): a DFlash2 drafter and an MTP head for Qwen2.5-Coder-0.5B-Instruct (the
+demo) and for SmolLM2-135M-Instruct.
 
 ``NO_DRAFTER`` asks for no drafter even where one is shipped (the app's "No drafter").
 

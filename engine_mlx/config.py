@@ -11,11 +11,10 @@ from dataclasses import dataclass, field
 
 from engine_mlx.decoding.sampling import SamplingParams
 from engine_mlx.errors import EngineError
-from engine_mlx.modes import Mode, parse_mode
+from engine_mlx.modes import MTP_STEPS, Mode, parse_mode
 
 POLICIES = ("expected", "cost", "threshold")
 MAX_WIDTH = 8
-MTP_STEPS = (1, 4)
 BLOCK_SIZES = (2, 64)
 
 
@@ -34,7 +33,7 @@ class GenerationConfig:
     # (rates learned by probing) or "threshold" (a context depth)
     policy: str = "expected"
     auto_threshold: int = 4096  # the threshold policy's switch depth
-    mtp_steps: int = 3  # tokens an MTP head drafts per step (1-4)
+    mtp_steps: int | None = None  # tokens an MTP head drafts per step (1-4); None: the head's
 
     def validate(self) -> Mode:
         """Raises EngineError naming the first bad field; returns the mode as a ``Mode``."""
@@ -48,7 +47,7 @@ class GenerationConfig:
             raise EngineError("the prefill chunk must be at least 1 token.")
         if self.policy not in POLICIES:
             raise EngineError(f"policy must be one of {', '.join(POLICIES)}.")
-        if not MTP_STEPS[0] <= self.mtp_steps <= MTP_STEPS[1]:
+        if self.mtp_steps is not None and not MTP_STEPS[0] <= self.mtp_steps <= MTP_STEPS[1]:
             raise EngineError(f"MTP steps must be between {MTP_STEPS[0]} and {MTP_STEPS[1]}.")
         if not 1 <= self.width <= MAX_WIDTH:
             raise EngineError(f"draft width must be between 1 and {MAX_WIDTH}.")

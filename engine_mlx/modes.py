@@ -9,6 +9,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from enum import StrEnum
 
+MTP_STEPS = (1, 4)  # the draft lengths an MTP head may run
+DEFAULT_MTP_STEPS = 3  # for a head whose file does not say which length it was measured best at
+
 
 class Mode(StrEnum):
     """A ``str`` as well: ``Mode.AR == "ar"``, and it serialises as its id."""

@@ -115,7 +115,10 @@ class Session:
                 on_features=group.feed if group.drafters else None,
             )
         drafter = {Mode.DFLASH2: self.drafter, Mode.MTP: self.mtp}.get(mode)
-        block = config.mtp_steps + 1 if mode is Mode.MTP else config.block_size
+        if mode is Mode.MTP:
+            block = config.mtp_steps + 1 if config.mtp_steps else None
+        else:
+            block = config.block_size
         default_block = drafter.block_size if drafter is not None else 8
         key = (mode, config.sampling.greedy)  # acceptance differs greedy vs sampled
         return Speculative(

@@ -30,19 +30,25 @@ from engine_mlx.decoding.draft_vocab import DraftVocabulary
 from engine_mlx.decoding.selector import BlockCandidates
 from engine_mlx.models.mtp import MTPHead
 from engine_mlx.models.target import TargetModel
+from engine_mlx.modes import DEFAULT_MTP_STEPS
 
 
 class MTPDrafter:
     """Implements the ``Drafter`` protocol of ``decoding.strategies``."""
 
     def __init__(
-        self, head: MTPHead, target: TargetModel, steps: int = 3, hidden: str | None = None
+        self,
+        head: MTPHead,
+        target: TargetModel,
+        steps: int | None = None,
+        hidden: str | None = None,
     ) -> None:
+        """``steps`` None: the length the head's file recommends, else ``DEFAULT_MTP_STEPS``."""
         hidden = hidden or head.reads or "post"
         if hidden not in ("pre", "post"):
             raise ValueError("hidden must be 'pre' or 'post'")
         self.head, self.target, self.hidden = head, target, hidden
-        self.block_size = steps + 1
+        self.block_size = (steps or head.draft_steps or DEFAULT_MTP_STEPS) + 1
         self.capture_layers = (len(target.layers) - 1,)
         self.vocab = DraftVocabulary.for_target(target, head.draft_vocab)
         self.reset()

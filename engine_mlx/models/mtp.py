@@ -8,7 +8,9 @@ read here. Hugging Face Qwen3.5 checkpoints store RMSNorm weights zero-centred (
 ``x * (1 + w)``), detected as mlx-lm does (unconverted conv1d weights). A target without a
 built-in head can use a separate safetensors file with the same key names (metadata
 ``zero_centered_norms`` says which convention it uses); such a file may also carry a
-``draft_vocab`` tensor, the tokens its drafts come from (``decoding.draft_vocab``).
+``draft_vocab`` tensor, the tokens its drafts come from (``decoding.draft_vocab``), and a
+``draft_steps`` entry, the draft length measured best for it (chained drafts lose acceptance
+at every step, so a head can pay at one step and lose at three).
 
 Forward for the token after t+1: ``h' = layer(fc(concat[norm_e(embed(t+1)), norm_h(h_t)]))``,
 logits ``head(norm(h'))``; chained by feeding ``h'`` back.
@@ -28,9 +30,11 @@ from engine_mlx.errors import ModelLoadError
 from engine_mlx.models.loading import check_safetensors
 from engine_mlx.models.target import TargetModel
 from engine_mlx.models.weights import weight_mismatch
+from engine_mlx.modes import MTP_STEPS
 
 NORM_SUFFIXES = ("norm.weight", "layernorm.weight", "q_norm.weight", "k_norm.weight")
 DRAFT_VOCAB_KEY = "draft_vocab"
+DRAFT_STEPS_KEY = "draft_steps"
 
 
 class MTPUnavailable(Exception):
@@ -42,6 +46,7 @@ class MTPHead(nn.Module):
         super().__init__()
         self.reads: str | None = None  # "pre"/"post" final norm, where the file records it
         self.draft_vocab: np.ndarray | None = None  # token ids it drafts from; None: all
+        self.draft_steps: int | None = None  # its measured best draft length, where recorded
         self.fc = nn.Linear(2 * hidden, hidden, bias=False)
         self.pre_fc_norm_embedding = nn.RMSNorm(hidden, eps=eps)
         self.pre_fc_norm_hidden = nn.RMSNorm(hidden, eps=eps)
@@ -98,12 +103,13 @@ def load_mtp(target: TargetModel, file: str | Path | None = None) -> MTPHead:
         draft_vocab = _draft_vocab(arrays.get(DRAFT_VOCAB_KEY), target.spec.vocab_size, path)
         zero_centered = meta.get("zero_centered_norms") == "1"
         reads = meta.get("reads_hidden")
+        draft_steps = _draft_steps(meta.get(DRAFT_STEPS_KEY), path)
         where = path.name
     else:
         files = sorted(target.spec.path.glob("model*.safetensors"))
         weights, zero_centered = _mtp_weights(files)
         zero_centered = zero_centered and target.spec.model_type.startswith("qwen3_5")
-        reads, draft_vocab = None, None
+        reads, draft_vocab, draft_steps = None, None, None
         where = target.spec.name
     if not weights:
         raise MTPUnavailable(f"{where} has no mtp.* weights (no built-in MTP head)")
@@ -121,6 +127,7 @@ def load_mtp(target: TargetModel, file: str | Path | None = None) -> MTPHead:
     head.load_weights(loaded)
     head.reads = reads if reads in ("pre", "post") else None
     head.draft_vocab = draft_vocab
+    head.draft_steps = draft_steps
     mx.eval(head.parameters())
     return head
 
@@ -134,6 +141,15 @@ def _draft_vocab(ids: mx.array | None, vocab_size: int, path: Path) -> np.ndarra
     if ids.min() < 0 or ids.max() >= vocab_size:
         raise MTPUnavailable(f"{path.name}: its draft_vocab is not of a {vocab_size:,}-token model")
     return ids.astype(np.int32)
+
+
+def _draft_steps(value: str | None, path: Path) -> int | None:
+    if value is None:
+        return None
+    low, high = MTP_STEPS
+    if not value.isdigit() or not low <= int(value) <= high:
+        raise MTPUnavailable(f"{path.name}: its draft_steps ({value!r}) is not {low}-{high}")
+    return int(value)
 
 
 def save_mtp(
@@ -154,5 +170,7 @@ def save_mtp(
     metadata = {"zero_centered_norms": "0"}
     if reads or head.reads:
         metadata["reads_hidden"] = reads or head.reads
+    if head.draft_steps is not None:
+        metadata[DRAFT_STEPS_KEY] = str(head.draft_steps)
     mx.save_safetensors(str(path), weights, metadata=metadata)
     return path

@@ -80,6 +80,9 @@ def add_training_commands(sub: argparse._SubParsersAction) -> None:
     ex.add_argument("--drafter", type=Path, required=True, help="train-drafter's folder")
     ex.add_argument("--mtp", type=Path, default=None, help="train-mtp's file (omit: none)")
     ex.add_argument("--out", type=Path, required=True, help="e.g. resources/companions/NAME")
+    ex.add_argument(
+        "--mtp-steps", type=int, default=None, help="the head's best draft length, as measured"
+    )
 
     pt = sub.add_parser("plot-training", help="plot trainers' history files (loss curves)")
     pt.add_argument("runs", nargs="+", help="LABEL=HISTORY.json (a trainer's history file)")
@@ -94,7 +97,7 @@ def run_training_command(args: argparse.Namespace, resolve_model: Callable) -> i
         from engine_mlx.training.export import export_pair
 
         try:
-            print(export_pair(args.name, args.drafter, args.mtp, args.out))
+            print(export_pair(args.name, args.drafter, args.mtp, args.out, args.mtp_steps))
         except FileNotFoundError as exc:
             raise EngineError(str(exc)) from exc
         return 0

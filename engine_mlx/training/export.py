@@ -16,15 +16,19 @@ import mlx.core as mx
 
 from engine_mlx.companions import DRAFTER_SUFFIX, MTP_FILE
 from engine_mlx.decoding.draft_vocab import FILE as DRAFT_VOCAB_FILE
+from engine_mlx.models.mtp import DRAFT_STEPS_KEY
 from engine_mlx.training.dflash import HISTORY_FILE
 
 DRAFTER_HISTORY = "drafter_history.json"
 MTP_HISTORY = "mtp_history.json"
 
 
-def export_pair(name: str, drafter: Path, mtp: Path | None, out: Path) -> Path:
+def export_pair(
+    name: str, drafter: Path, mtp: Path | None, out: Path, mtp_steps: int | None = None
+) -> Path:
     """``out``/<name>-DFlash2/ (config, fp16 weights, draft vocabulary), ``out``/mtp.safetensors
-    (fp16, its metadata kept) and the histories; ``name`` is the target's folder name. With
+    (fp16, its metadata kept, plus ``draft_steps`` = ``mtp_steps``, the draft length measured
+    best for it, where given) and the histories; ``name`` is the target's folder name. With
     ``mtp`` None only the drafter ships (a head that does not pay yet is left out)."""
     inputs = [drafter / "config.json", drafter / "model.safetensors", *([mtp] if mtp else [])]
     for path in inputs:
@@ -40,7 +44,8 @@ def export_pair(name: str, drafter: Path, mtp: Path | None, out: Path) -> Path:
     _half(drafter / "model.safetensors", folder / "model.safetensors")
     histories = [(drafter / HISTORY_FILE, DRAFTER_HISTORY)]
     if mtp is not None:
-        _half(mtp, tmp / MTP_FILE)
+        extra = {DRAFT_STEPS_KEY: str(mtp_steps)} if mtp_steps else {}
+        _half(mtp, tmp / MTP_FILE, extra)
         histories.append((mtp.with_suffix(".json"), MTP_HISTORY))
     for source, target in histories:
         if source.is_file():
@@ -57,7 +62,8 @@ def export_pair(name: str, drafter: Path, mtp: Path | None, out: Path) -> Path:
     return out
 
 
-def _half(source: Path, target: Path) -> None:
+def _half(source: Path, target: Path, metadata_extra: dict[str, str] | None = None) -> None:
     weights, metadata = mx.load(str(source), return_metadata=True)
+    metadata = {**metadata, **(metadata_extra or {})}
     half = {k: v.astype(mx.float16) if v.dtype == mx.float32 else v for k, v in weights.items()}
     mx.save_safetensors(str(target), half, metadata=metadata)

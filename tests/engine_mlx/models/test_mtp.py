@@ -70,6 +70,30 @@ def test_separate_file_head_on_llama(tiny_target, tmp_path):
     assert finished.stats.drafted > 0 and finished.stats.modes == {"mtp": finished.stats.steps}
 
 
+def test_a_head_drafts_the_length_its_file_recommends(tiny_target, tmp_path):
+    """A file's ``draft_steps`` is the default draft length (a config's ``mtp_steps`` still
+    overrides it); a value out of range is refused with the file's name."""
+    target = tiny_target("llama")
+    head = random_mtp_head(target, seed=2)
+    head.draft_steps = 1
+    file = save_mtp(head, tmp_path / "mtp.safetensors")
+    drafter = MTPDrafter(load_mtp(target, file), target)
+    assert drafter.block_size == 2
+    assert MTPDrafter(load_mtp(target, file), target, steps=3).block_size == 4
+    ids = target.tokenizer.encode(PROMPT)
+    session = Session(target, mtp=drafter)
+    for steps, most in ((None, 1), (2, 2)):
+        cfg = GenerationConfig(max_tokens=30, mode="mtp", mtp_steps=steps, ignore_eos=True)
+        finished = list(session.generate(ids, cfg))[-1]
+        assert finished.tokens == _plain(target, ids, 30)
+        assert finished.stats.drafted <= most * finished.stats.steps
+        assert finished.stats.drafted > (most - 1) * finished.stats.steps
+    weights, meta = mx.load(str(file), return_metadata=True)
+    mx.save_safetensors(str(file), weights, metadata={**meta, "draft_steps": "7"})
+    with pytest.raises(MTPUnavailable, match=r"mtp\.safetensors: its draft_steps \('7'\)"):
+        load_mtp(target, file)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("arch", ["qwen3_5", "llama"])
 def test_sampled_mtp_matches_plain_sampling_in_distribution(arch, tmp_path):

@@ -26,7 +26,7 @@ def test_export_writes_a_half_precision_pair_the_engine_loads(tiny_dataset, tiny
     (out / "MODEL_CARD.md").write_text("# card")
     (out / "stale.safetensors").write_bytes(b"old")
 
-    assert export_pair("Tiny", drafter, mtp, out) == out
+    assert export_pair("Tiny", drafter, mtp, out, mtp_steps=1) == out
     shipped = out / "Tiny-DFlash2"
     # no optimizer state or history in the drafter's folder (a tiny vocabulary needs no
     # draft vocabulary, so there is none here)
@@ -37,7 +37,8 @@ def test_export_writes_a_half_precision_pair_the_engine_loads(tiny_dataset, tiny
     for key, value in trained.items():
         np.testing.assert_allclose(np.array(weights[key]), np.array(value), rtol=1e-3, atol=1e-3)
     assert load_dflash(shipped).config.block_size == 4
-    assert load_mtp(target, out / MTP_FILE).reads == "pre"
+    head = load_mtp(target, out / MTP_FILE)
+    assert head.reads == "pre" and head.draft_steps == 1  # the measured best length recorded
     for name in (DRAFTER_HISTORY, MTP_HISTORY, "MODEL_CARD.md"):
         assert (out / name).is_file(), name
     assert not (out / "stale.safetensors").exists()
