@@ -551,6 +551,7 @@ class MainWindow(QMainWindow):
     @Slot(str)
     def _fail_and_quit(self, message: str) -> None:
         print(f"error: {message}", file=sys.stderr, flush=True)
+        self.close()  # stops the worker threads first (exiting with them running aborts)
         QApplication.exit(1)
 
     @Slot()

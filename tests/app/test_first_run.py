@@ -66,3 +66,24 @@ def test_ask_answers_greedily_stores_the_conversation_and_quits(tmp_path, tiny_m
     assert rows[0] == ("user", "Hello there") and rows[1][0] == "assistant"
     assert rows[1][1].strip() == reply
     assert temperature is None or float(temperature[0]) != 0.0  # the override was not saved
+
+
+def test_ask_with_a_model_that_will_not_load_says_why_and_exits_1(tmp_path):
+    """A bundle missing a module, or a broken model folder: one line naming the model, status 1,
+    the threads stopped first (not an abort)."""
+    import os
+
+    broken = tmp_path / "Broken-Model"
+    broken.mkdir()
+    (broken / "config.json").write_text('{"model_type": "llama"}')
+    env = {**os.environ, "FLASHCHAT_HOME": str(tmp_path / "home"), "QT_QPA_PLATFORM": "offscreen"}
+    out = subprocess.run(
+        [sys.executable, "-m", "app", "--model", str(broken), "--ask", "Hello"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert out.returncode == 1, out.stderr
+    assert "error: " in out.stderr and "Broken-Model" in out.stderr
+    assert "QThread: Destroyed" not in out.stderr and out.stdout == ""

@@ -26,7 +26,9 @@ def _snapshot(folder: Path) -> dict[str, int]:
     return {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in folder.rglob("*")}
 
 
-def test_bundle_answers_and_stores_the_conversation(smollm2_dir: Path, tmp_path: Path) -> None:
+def test_bundle_answers_and_stores_the_conversation(qwen_dir: Path, tmp_path: Path) -> None:
+    """With the demo model: Qwen2.5's chat template makes mlx-lm import a tool parser by name,
+    which a bundle lacked while the test asked SmolLM2."""
     dist, work = tmp_path / "dist", tmp_path / "build"
     build = [sys.executable, "-m", "PyInstaller", "--noconfirm", "--log-level", "WARN"]
     build += ["--distpath", str(dist), "--workpath", str(work), str(SPEC)]
@@ -44,7 +46,7 @@ def test_bundle_answers_and_stores_the_conversation(smollm2_dir: Path, tmp_path:
     command = [
         str(executable),
         "--model",
-        str(smollm2_dir),
+        str(qwen_dir),
         "--ask",
         "What is the capital of France?",
     ]
