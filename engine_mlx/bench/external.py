@@ -25,7 +25,7 @@ from typing import IO, Any
 
 import mlx.core as mx
 
-from engine_mlx.bench.measure import Runner
+from engine_mlx.bench.measure import Runner, shown_path
 from engine_mlx.errors import EngineError
 from engine_mlx.models.dflash import DFlashModel, save_dflash
 
@@ -198,7 +198,8 @@ def external_baselines(
         for baseline in wanted:
             python = envs / baseline.env / "bin" / "python"
             if not python.exists():
-                reasons[baseline.name] = f"no environment at {envs / baseline.env}: {SETUP_HINT}"
+                where = shown_path(envs / baseline.env)
+                reasons[baseline.name] = f"no environment at {where}: {SETUP_HINT}"
                 continue
             argv = [str(python), str(RUNNERS_DIR / baseline.script)]
             argv += ["--target", str(target_path), "--drafter", str(drafter_dir)]

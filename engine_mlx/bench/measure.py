@@ -6,6 +6,7 @@ from __future__ import annotations
 import platform
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from engine_mlx.config import GenerationConfig
@@ -19,6 +20,15 @@ from engine_mlx.session import Session
 from engine_mlx.stats import StepStats
 
 Runner = Callable[[list[int], int], dict[str, Any]]  # (prompt ids, max tokens) -> measurements
+
+
+def shown_path(path: Path | str) -> str:
+    """A path as a report shows it: relative to the working folder when inside it, so a
+    committed report names no folder of the machine that made it."""
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return Path(path).name
 
 
 def context_prompt(target: TargetModel, depth: int) -> list[int]:

@@ -19,7 +19,7 @@ from typing import Any
 from engine_mlx.arguments import config_from_args, parse_modes, resolve_model, speculators_from_args
 from engine_mlx.backend import backend_info
 from engine_mlx.bench.external import external_baselines
-from engine_mlx.bench.measure import Runner, machine_description, run_ours
+from engine_mlx.bench.measure import Runner, machine_description, run_ours, shown_path
 from engine_mlx.bench.mlx_lm import mlx_lm_runner
 from engine_mlx.bench.prompts import BenchPrompts
 from engine_mlx.config import GenerationConfig
@@ -93,7 +93,11 @@ def run_suite(args: argparse.Namespace) -> int:
     info = backend_info(target.dtype)
     print(f"# {machine_description()}; {info.describe()}; model {path.name}", flush=True)
     names = {
-        "drafter": _shown(speculators.drafter_path) if drafter is not None else None,
+        "drafter": (
+            shown_path(speculators.drafter_path)
+            if drafter is not None and speculators.drafter_path is not None
+            else None
+        ),
         "mtp": speculators.mtp_source or mtp_reason,
     }
     rows: list[dict[str, Any]] = []
@@ -122,17 +126,6 @@ def run_suite(args: argparse.Namespace) -> int:
 
         plot_suite(report, args.plot_out)
     return 0
-
-
-def _shown(path: Path | None) -> str | None:
-    """A path as the report shows it: relative to the working folder when inside it, so a
-    committed report names no folder of the machine that made it."""
-    if path is None:
-        return None
-    try:
-        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return Path(path).name
 
 
 def _measure(session, base: GenerationConfig, cells, baselines, prompt, spec) -> list[dict]:
