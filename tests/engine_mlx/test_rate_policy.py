@@ -132,12 +132,12 @@ def test_an_over_promise_on_one_reply_counts_for_less_on_the_next():
     assert choice.mode is Mode.DFLASH2 and not choice.reason.startswith("trying")
 
 
-def _look_gaps(policy: ExpectedRatePolicy, look_s: float) -> list[int]:
+def _look_gaps(policy: ExpectedRatePolicy, look_s: float, score: float = 0.05) -> list[int]:
     gaps, last = [], None
     for step in range(300):
         due = policy.preview_due(0, Mode.AR)
         if due is not None:
-            policy.observe_preview(due, [0.05], look_s, 0)
+            policy.observe_preview(due, [score], look_s, 0)
             if last is not None:
                 gaps.append(step - last)
             last = step
@@ -145,10 +145,16 @@ def _look_gaps(policy: ExpectedRatePolicy, look_s: float) -> list[int]:
     return gaps
 
 
-def test_a_losing_mode_is_looked_at_less_and_less_often():
+def test_a_mode_far_behind_plain_is_looked_at_less_and_less_often():
     policy = _policy(_costs())
-    gaps = _look_gaps(policy, look_s=0.0001)  # looks that cost next to nothing
+    gaps = _look_gaps(policy, look_s=0.012, score=0.0)  # 1 token in 43 ms: 0.7x plain
     assert gaps == sorted(gaps) and gaps[-1] == policy.max_look_every and gaps[0] < gaps[-1]
+
+
+def test_a_mode_near_plain_keeps_being_looked_at():
+    policy = _policy(_costs())
+    gaps = _look_gaps(policy, look_s=0.001, score=0.05)  # 1.05 tokens in 32 ms: 1.02x plain
+    assert max(gaps) == policy.look_every
 
 
 def test_looks_stay_within_their_share_of_the_time():
@@ -166,6 +172,43 @@ def test_the_running_mode_is_judged_by_what_it_commits():
         stats = StepStats(Mode.DFLASH2, committed=1, drafted=6, draft_s=0.01, verify_s=0.036)
         policy.observe(Mode.DFLASH2, 0, 1, 0.047, stats)
     assert policy.choose(0, Mode.DFLASH2).mode is Mode.AR
+
+
+def _plans_after(policy: ExpectedRatePolicy, steps: int, accepted_share: float) -> int:
+    """Nodes the next plan verifies after ``steps`` steps that accepted this share of what
+    each plan verified."""
+    scores = [0.7, 0.5, 0.35, 0.25, 0.18, 0.12, 0.08]
+    for _ in range(steps):
+        plan = policy.plan_length("dflash2", scores, 0.01, 0)
+        committed = 1 + round(accepted_share * plan.nodes)
+        stats = StepStats(Mode.DFLASH2, committed=committed, drafted=plan.nodes, verify_s=0.04)
+        policy.observe(Mode.DFLASH2, 0, committed, 0.05, stats)
+    return policy.plan_length("dflash2", scores, 0.01, 0).nodes
+
+
+def test_plans_lengthen_when_drafts_beat_their_scores_and_shorten_when_they_fall_short():
+    at_face_value = _plans_after(_policy(_costs(per_token_ms=2.0)), 0, 0.0)
+    assert 0 < at_face_value < 7
+    assert _plans_after(_policy(_costs(per_token_ms=2.0)), 8, 1.0) > at_face_value
+    assert _plans_after(_policy(_costs(per_token_ms=2.0)), 8, 0.0) < at_face_value
+
+
+def test_one_slow_step_does_not_drive_a_winning_mode_away():
+    policy = _policy(_costs(per_token_ms=1.0), (Mode.AR, Mode.MTP))  # plain: 30 ms a token
+    policy.observe_preview(Mode.MTP, [0.9], 0.003, 0)
+    assert policy.choose(0, Mode.AR).mode is Mode.MTP
+
+    def mtp_step(seconds: float) -> None:
+        policy.plan_length("mtp", [0.9], 0.003, 0)
+        stats = StepStats(Mode.MTP, committed=2, drafted=1, draft_s=0.003, verify_s=0.031)
+        policy.observe(Mode.MTP, 0, 2, seconds, stats)
+
+    for _ in range(6):  # 2 tokens in 35 ms against plain's 1 in 30
+        mtp_step(0.035)
+    mtp_step(0.250)  # the collector, a page fault: once
+    for _ in range(3):
+        mtp_step(0.035)
+        assert policy.choose(0, Mode.MTP).mode is Mode.MTP
 
 
 def test_a_forced_mode_overrides_and_takes_no_looks():
