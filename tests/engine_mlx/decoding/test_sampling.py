@@ -87,3 +87,32 @@ def test_sampled_frequencies_match_distribution():
 def test_invalid_params(kwargs):
     with pytest.raises(ValueError):
         SamplingParams(**kwargs)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.integers(0, 2**31 - 1),
+    st.integers(1, 64),
+    st.floats(0.05, 1.0),
+    st.sampled_from([0.0, 0.05, 0.3]),
+)
+def test_top_k_with_top_p_and_min_p_is_the_reference_filter_over_a_large_vocabulary(
+    seed, k, top_p, min_p
+):
+    """The k best by partition, then top-p and min-p over those k: the same kept set and
+    probabilities as the filters applied in order over the whole vocabulary."""
+    logits = np.random.default_rng(seed).normal(0, 3, size=(3, 5000)).astype(np.float32)
+    params = SamplingParams(0.7, top_k=k, top_p=top_p, min_p=min_p)
+    got = np.exp(np.array(filtered_logprobs(mx.array(logits), params)))
+    for row, probs_row in zip(logits, got, strict=True):
+        x = row / 0.7
+        order = np.argsort(-x)[:k]
+        p = np.exp(x[order] - x[order].max())
+        p /= p.sum()
+        mass_before = np.cumsum(p) - p
+        keep = mass_before < top_p
+        if min_p > 0:
+            keep &= p >= p.max() * min_p
+        expected = np.zeros_like(row)
+        expected[order[keep]] = p[keep] / p[keep].sum()
+        np.testing.assert_allclose(probs_row, expected, rtol=1e-4, atol=1e-6)
