@@ -116,6 +116,7 @@ class DFlashDrafter:
         joined = [mx.concatenate(parts, axis=1) for parts in zip(*self._pending, strict=True)]
         self._pending = []
         self._project(joined)
+        mx.eval([c.state for c in self._cache])
 
     def observe(self, ids: Sequence[int], features: list[mx.array]) -> None:
         if not ids:

@@ -85,6 +85,7 @@ class MTPDrafter:
         ]
         self._deferred = []
         self._append(ids, features)
+        mx.eval(self._cache.state, self._pending)
 
     def _append(self, ids: list[int], features: list[mx.array]) -> None:
         h = self._state(features)

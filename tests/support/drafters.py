@@ -60,6 +60,9 @@ class OracleDrafter:
     def defer(self, ids: Sequence[int], features: list[mx.array]) -> None:
         self.observe(ids, features)  # tokens fed while another mode decodes (auto mode)
 
+    def catch_up(self) -> None:
+        """Nothing deferred: ``defer`` observes at once."""
+
     def propose(self, root: int, depth: int, top_k: int) -> BlockCandidates:
         cache = self.target.make_cache()
         logits = self.target.forward(mx.array([*self.context, root]), cache).logits[0, -1]
