@@ -174,11 +174,19 @@ class Generation:
     def _look(self, strategy: Strategy, mode: Mode) -> None:
         """Let the auto policy see what a mode that is not running would draft here."""
         due = getattr(self.policy, "preview_due", None)
-        other = due(self.depth, mode) if due else None
+        if due is None:
+            return
+        root = strategy.peek_root()  # type: ignore[attr-defined]
+        cues = {
+            m: self._strategy(m).lookup_scores(root)  # type: ignore[attr-defined]
+            for m in getattr(self.policy, "modes", ())
+            if m not in (Mode.AR, mode)
+        }
+        other = due(self.depth, mode, {m: c for m, c in cues.items() if c})
         if other is None:
             return
         preview = self._strategy(other)
-        scores, seconds = preview.preview(strategy.peek_root())  # type: ignore[attr-defined]
+        scores, seconds = preview.preview(root)  # type: ignore[attr-defined]
         self.policy.observe_preview(other, scores, seconds, self.depth)  # type: ignore[union-attr]
         self._previews[other] = len(self.tokens)
 

@@ -39,7 +39,7 @@ switching to each mode for a few steps, and ``policy.ThresholdPolicy``) remain s
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import median
 
@@ -57,6 +57,9 @@ TRIAL_WITHIN = 0.75  # a mode whose look comes this close to the best rate is tr
 NEW_REPLY_MEMORY = 0.5  # share of a mode's honesty evidence that a new reply keeps
 PLAN_HONESTY = (0.5, 2.0)  # the running mode's plans scale its scores by honesty, within this
 RECENT_TIMINGS = 7  # a mode's draft and overhead times are the median of this many steps
+CUED_LOOK_EVERY = 2  # steps between looks at a mode while prompt lookup alone beats plain
+CUE_MARGIN = 1.25  # by this factor: a two-token match is common and rarely worth a look
+IDLE_TRIAL_STEPS = 3  # steps whose plans verified no draft after which a trial is used up
 
 
 @dataclass
@@ -100,6 +103,7 @@ class _Drafting:
     last_look: int = -(10**9)  # policy step of its last look or step
     look_every: int = 4
     ran_this_reply: bool = False
+    idle_steps_this_reply: int = 0  # its steps in this reply whose plans verified no draft
 
     @property
     def honesty(self) -> float:
@@ -115,6 +119,7 @@ class _Drafting:
         self.committed_extra *= NEW_REPLY_MEMORY
         self.expected_extra *= NEW_REPLY_MEMORY
         self.ran_this_reply = False
+        self.idle_steps_this_reply = 0
 
 
 @dataclass
@@ -163,20 +168,32 @@ class ExpectedRatePolicy:
 
     # --- looks ---------------------------------------------------------------------------
 
-    def preview_due(self, depth: int, current: Mode) -> Mode | None:
-        """A drafting mode, not the running one, whose look is due."""
+    def preview_due(
+        self, depth: int, current: Mode, cues: Mapping[Mode, Sequence[float]] | None = None
+    ) -> Mode | None:
+        """A drafting mode, not the running one, whose look is due. ``cues``: the scores of
+        what prompt lookup alone would propose for a mode that drafts with it (free to
+        compute); one whose cue beats plain decoding by itself (by ``CUE_MARGIN``) is due
+        after ``CUED_LOOK_EVERY`` steps, budget or not: the context is being repeated, and
+        that is where the mode pays (Qwen, prose at 4k: DFlash2 with lookup 2x plain, but
+        looked at once in 29 steps)."""
         if self.forced:
             return None
         plain_s = self.costs.verify_s(1, depth)
+        plain = 1.0 / plain_s
 
-        def interval(state: _Drafting) -> float:
+        def interval(mode: Mode) -> float:
+            state = self._state(mode)
+            cue = (cues or {}).get(mode)
+            cued = cue and _per_s(self._best_length(cue, state.rest.seconds, depth))
+            if cued and cued > CUE_MARGIN * plain:
+                return CUED_LOOK_EVERY
             return max(state.look_every, state.look_s / (LOOK_BUDGET * plain_s))
 
         due = [
             m
             for m in self.modes
-            if m not in (Mode.AR, current)
-            and self._steps - self._state(m).last_look >= interval(self._state(m))
+            if m not in (Mode.AR, current) and self._steps - self._state(m).last_look >= interval(m)
         ]
         return min(due, key=lambda m: self._state(m).last_look) if due else None
 
@@ -226,9 +243,10 @@ class ExpectedRatePolicy:
         if current is None:
             return Choice(best)
         here = rates.get(current)
-        if best != current and (
-            here is None or _per_s(rates[best]) > _per_s(here) * (1 + self.hysteresis)
-        ):
+        # The margin against flapping guards the switches that cost something (a drafter
+        # catching up, an untimed first step); back to plain decoding, being faster is enough.
+        margin = 0.0 if best is Mode.AR else self.hysteresis
+        if best != current and (here is None or _per_s(rates[best]) > _per_s(here) * (1 + margin)):
             if current is not Mode.AR and here is not None:  # leaving: its look is what it did
                 self._state(current).look = here
             if best is not Mode.AR:  # joining: its own steps will say how it does now
@@ -333,9 +351,14 @@ class ExpectedRatePolicy:
             return
         state = self._state(mode)
         state.last_look = self._steps
-        # Only a step that verified drafted tokens tested the mode on this text (a step whose
-        # plan verified none — a plain step in the mode's clothes — does not use up its trial).
-        state.ran_this_reply |= stats is None or stats.drafted > 0
+        # A step that verified drafted tokens tested the mode on this text; one whose plan
+        # verified none (a plain step in the mode's clothes) did not, but its plan declined
+        # the draft: a few of those use up the trial too (else a look within reach of plain
+        # sent auto to MTP, one declined step and back, over and over: Qwen, prose at 4k).
+        state.idle_steps_this_reply += stats is not None and stats.drafted == 0
+        state.ran_this_reply |= (
+            stats is None or stats.drafted > 0 or state.idle_steps_this_reply >= IDLE_TRIAL_STEPS
+        )
         if stats is not None:
             self.costs.observe_verify(stats.drafted + 1, depth, stats.verify_s)
             if timed or not state.draft.known:

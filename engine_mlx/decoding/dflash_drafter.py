@@ -111,12 +111,16 @@ class DFlashDrafter:
             self.vocab.add(ids)
 
     def catch_up(self) -> None:
-        if not self._pending:
-            return
-        joined = [mx.concatenate(parts, axis=1) for parts in zip(*self._pending, strict=True)]
-        self._pending = []
-        self._project(joined)
-        mx.eval([c.state for c in self._cache])
+        """Project the deferred features, and evaluate the context's keys and values: those
+        of the prompt are built lazily, and the first draft after a 4k-token prompt took
+        421 ms of projecting where a draft takes 30 (auto timed it as the look's cost and
+        then looked at DFlash2 once in 200 steps)."""
+        if self._pending:
+            joined = [mx.concatenate(p, axis=1) for p in zip(*self._pending, strict=True)]
+            self._pending = []
+            self._project(joined)
+        if self.context_length:
+            mx.eval([c.state for c in self._cache])
 
     def observe(self, ids: Sequence[int], features: list[mx.array]) -> None:
         if not ids:

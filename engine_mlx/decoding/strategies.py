@@ -234,6 +234,25 @@ class Speculative:
         self._looked = tree
         return tree.scores[1:], time.perf_counter() - t0
 
+    def lookup_scores(self, root: int) -> list[float]:
+        """The scores of what prompt lookup alone proposes after ``root``, best first ([]
+        without lookup or a match): free to compute, so the auto policy can ask every step
+        whether the context is being repeated, where a look at this mode would pay."""
+        if self.lookup is None:
+            return []
+        paths = self.lookup.continuations(self.block_size - 1, self.width)
+        if not paths:
+            return []
+        tree = build_tree(
+            root,
+            self.calibrator,
+            width=self.width,
+            max_depth=self.block_size - 1,
+            ngram_paths=paths,
+            block_source=self.name,
+        )
+        return tree.scores[1:]
+
     def judge_preview(self, committed: list[int]) -> bool:
         """Count the last preview as if it had been verified, once ``committed`` (the tokens
         after its root, from whichever mode ran) decide its walk; True when it is judged (or

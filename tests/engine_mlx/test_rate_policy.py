@@ -10,7 +10,12 @@ from engine_mlx.config import GenerationConfig
 from engine_mlx.decoding.dflash_drafter import DFlashDrafter
 from engine_mlx.events import ModeSwitch, Tokens
 from engine_mlx.modes import Mode
-from engine_mlx.rate_policy import LOOK_BUDGET, ExpectedRatePolicy
+from engine_mlx.rate_policy import (
+    CUED_LOOK_EVERY,
+    IDLE_TRIAL_STEPS,
+    LOOK_BUDGET,
+    ExpectedRatePolicy,
+)
 from engine_mlx.session import Session
 from engine_mlx.stats import StepStats
 from engine_mlx.step_costs import StepCosts
@@ -112,6 +117,41 @@ def test_a_step_that_verified_no_draft_does_not_use_up_the_trial():
     policy.observe(Mode.AR, 0, 1, 0.03)
     policy.observe_preview(Mode.DFLASH2, [0.2, 0.05], 0.005, 0)
     assert policy.choose(0, Mode.AR).reason.startswith("trying DFlash2")
+
+
+def test_a_trial_whose_plans_keep_declining_the_draft_is_used_up():
+    policy = _policy(_costs(per_token_ms=1.0))  # plain: 30 ms a token
+    policy.choose(0, None)
+    policy.observe(Mode.AR, 0, 1, 0.03)
+    declined = StepStats(Mode.DFLASH2, committed=1, drafted=0, draft_s=0.005, verify_s=0.03)
+    for _ in range(IDLE_TRIAL_STEPS):  # tried, one declined step, back to plain: again
+        policy.observe_preview(Mode.DFLASH2, [0.2, 0.05], 0.005, 0)
+        assert policy.choose(0, Mode.AR).reason.startswith("trying DFlash2")
+        policy.observe(Mode.DFLASH2, 0, 1, 0.036, declined)
+        policy.observe(Mode.AR, 0, 1, 0.03)
+    policy.observe_preview(Mode.DFLASH2, [0.2, 0.05], 0.005, 0)
+    assert policy.choose(0, Mode.AR).mode is Mode.AR  # not for ever
+
+
+def test_a_drafting_mode_behind_plain_gives_way_without_a_margin():
+    policy = _policy(_costs(per_token_ms=1.0))  # plain: 30 ms a token
+    policy.observe_preview(Mode.DFLASH2, [0.9] * 6, 0.01, 0)
+    assert policy.choose(0, Mode.AR).mode is Mode.DFLASH2
+    for _ in range(8):  # a token in 32.5 ms: 8% behind plain, inside the 10% margin
+        policy.plan_length("dflash2", [0.05], 0.0015, 0)
+        stats = StepStats(Mode.DFLASH2, committed=1, drafted=1, draft_s=0.0015, verify_s=0.031)
+        policy.observe(Mode.DFLASH2, 0, 1, 0.0325, stats)
+    assert policy.choose(0, Mode.DFLASH2).mode is Mode.AR
+
+
+def test_prompt_lookup_that_beats_plain_brings_the_next_look_forward():
+    policy = _policy(_costs())  # plain: 30 ms a token
+    policy.observe_preview(Mode.DFLASH2, [0.0], 0.030, 0)  # a look costs a plain step
+    for _ in range(CUED_LOOK_EVERY):
+        policy.observe(Mode.AR, 0, 1, 0.03)
+    assert policy.preview_due(0, Mode.AR) is None  # by the budget: once in 50 steps
+    assert policy.preview_due(0, Mode.AR, {Mode.DFLASH2: [0.1]}) is None  # a weak cue
+    assert policy.preview_due(0, Mode.AR, {Mode.DFLASH2: [0.9, 0.8, 0.7]}) is Mode.DFLASH2
 
 
 def test_a_mode_far_behind_plain_is_not_tried():

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from itertools import pairwise
 
 import mlx.core as mx
 import pytest
 
 from engine_mlx.config import GenerationConfig
 from engine_mlx.decoding.dflash_drafter import DFlashDrafter
+from engine_mlx.decoding.ngram import NGramIndex
 from engine_mlx.decoding.sampling import Sampler, SamplingParams
 from engine_mlx.decoding.selector import AcceptanceCalibrator
 from engine_mlx.decoding.strategies import Speculative
@@ -209,3 +211,27 @@ def test_a_look_is_judged_by_the_tokens_committed_after_it(tiny_target):
         prob = float(block.probs[depth - 1][0])
         assert calibrator.estimate("dflash2", depth, prob) > blind.estimate("dflash2", depth, prob)
     assert spec.judge_preview(plain[1:])  # judged once: nothing left to judge
+
+
+def test_lookup_scores_say_what_prompt_lookup_alone_would_propose(tiny_target):
+    """Free to compute every step: auto asks it whether the context is being repeated."""
+    target = tiny_target("llama")
+    lookup = NGramIndex()
+
+    def strategy(index: NGramIndex | None) -> Speculative:
+        return Speculative(
+            "dflash2",
+            target,
+            target.make_cache(),
+            Sampler(SamplingParams()),
+            AcceptanceCalibrator(),
+            block_size=5,
+            lookup=index,
+        )
+
+    lookup.extend([5, 6, 7, 8, 9, 10, 11])
+    assert strategy(lookup).lookup_scores(7) == []  # 5 6 7 ... 11: no earlier match
+    lookup.extend([5, 6, 7])  # "5 6 7" again: what followed it before is proposed
+    scores = strategy(lookup).lookup_scores(7)
+    assert len(scores) == 4 and all(a >= b > 0 for a, b in pairwise(scores))
+    assert strategy(None).lookup_scores(7) == []
