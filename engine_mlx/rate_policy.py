@@ -60,6 +60,7 @@ RECENT_TIMINGS = 7  # a mode's draft and overhead times are the median of this m
 CUED_LOOK_EVERY = 2  # steps between looks at a mode while prompt lookup alone beats plain
 CUE_MARGIN = 1.25  # by this factor: a two-token match is common and rarely worth a look
 IDLE_TRIAL_STEPS = 3  # steps whose plans verified no draft after which a trial is used up
+SETTLE_STEPS = 3  # drafted steps a newly joined mode runs before its own rate can send it away
 
 
 @dataclass
@@ -104,6 +105,7 @@ class _Drafting:
     look_every: int = 4
     ran_this_reply: bool = False
     idle_steps_this_reply: int = 0  # its steps in this reply whose plans verified no draft
+    steps_since_join: int = 0  # its steps that verified a draft since it was last chosen
 
     @property
     def honesty(self) -> float:
@@ -176,7 +178,9 @@ class ExpectedRatePolicy:
         compute); one whose cue beats plain decoding by itself (by ``CUE_MARGIN``) is due
         after ``CUED_LOOK_EVERY`` steps, budget or not: the context is being repeated, and
         that is where the mode pays (Qwen, prose at 4k: DFlash2 with lookup 2x plain, but
-        looked at once in 29 steps)."""
+        looked at once in 29 steps). The cue is priced like a look, with the mode's draft
+        time and honesty: priced bare, code's frequent short matches looked at DFlash2 every
+        3 steps at 2k of context, 40 ms each, for looks that never beat plain."""
         if self.forced:
             return None
         plain_s = self.costs.verify_s(1, depth)
@@ -185,7 +189,9 @@ class ExpectedRatePolicy:
         def interval(mode: Mode) -> float:
             state = self._state(mode)
             cue = (cues or {}).get(mode)
-            cued = cue and _per_s(self._best_length(cue, state.rest.seconds, depth))
+            cued = cue and _per_s(
+                self._best_length(cue, state.look_s + state.rest.seconds, depth, state.honesty)
+            )
             if cued and cued > CUE_MARGIN * plain:
                 return CUED_LOOK_EVERY
             return max(state.look_every, state.look_s / (LOOK_BUDGET * plain_s))
@@ -242,6 +248,8 @@ class ExpectedRatePolicy:
         best = max(rates, key=lambda m: _per_s(rates[m]))
         if current is None:
             return Choice(best)
+        if current is not Mode.AR and self._settling(current):
+            return Choice(current)
         here = rates.get(current)
         # The margin against flapping guards the switches that cost something (a drafter
         # catching up, an untimed first step); back to plain decoding, being faster is enough.
@@ -250,14 +258,30 @@ class ExpectedRatePolicy:
             if current is not Mode.AR and here is not None:  # leaving: its look is what it did
                 self._state(current).look = here
             if best is not Mode.AR:  # joining: its own steps will say how it does now
-                self._state(best).realised = self._state(best).expected = None
+                self._join(best)
             return Choice(best, self._reason(best, rates[best], depth, current, here))
         trial = self._worth_a_trial(rates, best) if current is Mode.AR else None
         if trial is not None:
-            self._state(trial).realised = self._state(trial).expected = None
+            self._join(trial)
             why = self._reason(trial, rates[trial], depth, current, here)
             return Choice(trial, f"trying {why}")
         return Choice(current)
+
+    def _join(self, mode: Mode) -> None:
+        state = self._state(mode)
+        state.realised = state.expected = None
+        state.steps_since_join = 0
+
+    def _settling(self, mode: Mode) -> bool:
+        """A mode just chosen keeps running for ``SETTLE_STEPS`` drafted steps: one step's
+        committed tokens are one sample (Qwen, code at 2k: DFlash2, 1.44x plain when fixed,
+        committed 1 token on its first step in auto and was left at once, for good). Its
+        plans declining the draft ``IDLE_TRIAL_STEPS`` times ends that early: nothing is
+        being tested then."""
+        state = self._state(mode)
+        return (
+            state.steps_since_join < SETTLE_STEPS and state.idle_steps_this_reply < IDLE_TRIAL_STEPS
+        )
 
     def _worth_a_trial(self, rates: dict[Mode, LengthPlan], best: Mode) -> Mode | None:
         """While decoding plainly: a drafting mode that has not run in this reply though its
@@ -356,6 +380,7 @@ class ExpectedRatePolicy:
         # the draft: a few of those use up the trial too (else a look within reach of plain
         # sent auto to MTP, one declined step and back, over and over: Qwen, prose at 4k).
         state.idle_steps_this_reply += stats is not None and stats.drafted == 0
+        state.steps_since_join += stats is None or stats.drafted > 0
         state.ran_this_reply |= (
             stats is None or stats.drafted > 0 or state.idle_steps_this_reply >= IDLE_TRIAL_STEPS
         )

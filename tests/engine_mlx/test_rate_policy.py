@@ -14,6 +14,7 @@ from engine_mlx.rate_policy import (
     CUED_LOOK_EVERY,
     IDLE_TRIAL_STEPS,
     LOOK_BUDGET,
+    SETTLE_STEPS,
     ExpectedRatePolicy,
 )
 from engine_mlx.session import Session
@@ -133,6 +134,20 @@ def test_a_trial_whose_plans_keep_declining_the_draft_is_used_up():
     assert policy.choose(0, Mode.AR).mode is Mode.AR  # not for ever
 
 
+def test_a_newly_chosen_mode_is_not_judged_on_one_step():
+    policy = _policy(_costs(per_token_ms=1.0))  # plain: 30 ms a token
+    policy.observe_preview(Mode.DFLASH2, [0.9] * 6, 0.01, 0)
+    assert policy.choose(0, Mode.AR).mode is Mode.DFLASH2
+    unlucky = StepStats(Mode.DFLASH2, committed=1, drafted=2, draft_s=0.01, verify_s=0.036)
+    for _ in range(SETTLE_STEPS - 1):  # each a token in 50 ms: behind plain
+        policy.plan_length("dflash2", [0.5, 0.3], 0.01, 0)
+        policy.observe(Mode.DFLASH2, 0, 1, 0.05, unlucky)
+        assert policy.choose(0, Mode.DFLASH2).mode is Mode.DFLASH2
+    policy.plan_length("dflash2", [0.5, 0.3], 0.01, 0)
+    policy.observe(Mode.DFLASH2, 0, 1, 0.05, unlucky)
+    assert policy.choose(0, Mode.DFLASH2).mode is Mode.AR  # three samples are a verdict
+
+
 def test_a_drafting_mode_behind_plain_gives_way_without_a_margin():
     policy = _policy(_costs(per_token_ms=1.0))  # plain: 30 ms a token
     policy.observe_preview(Mode.DFLASH2, [0.9] * 6, 0.01, 0)
@@ -146,11 +161,13 @@ def test_a_drafting_mode_behind_plain_gives_way_without_a_margin():
 
 def test_prompt_lookup_that_beats_plain_brings_the_next_look_forward():
     policy = _policy(_costs())  # plain: 30 ms a token
-    policy.observe_preview(Mode.DFLASH2, [0.0], 0.030, 0)  # a look costs a plain step
+    policy.observe_preview(Mode.DFLASH2, [0.0], 0.010, 0)  # a third of a plain step
     for _ in range(CUED_LOOK_EVERY):
         policy.observe(Mode.AR, 0, 1, 0.03)
-    assert policy.preview_due(0, Mode.AR) is None  # by the budget: once in 50 steps
+    assert policy.preview_due(0, Mode.AR) is None  # by the budget: once in 17 steps
     assert policy.preview_due(0, Mode.AR, {Mode.DFLASH2: [0.1]}) is None  # a weak cue
+    priced_bare_it_would_pay = {Mode.DFLASH2: [0.4, 0.3]}  # not with the 10 ms draft
+    assert policy.preview_due(0, Mode.AR, priced_bare_it_would_pay) is None
     assert policy.preview_due(0, Mode.AR, {Mode.DFLASH2: [0.9, 0.8, 0.7]}) is Mode.DFLASH2
 
 
