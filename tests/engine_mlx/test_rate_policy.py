@@ -146,6 +146,13 @@ def test_a_newly_chosen_mode_is_not_judged_on_one_step():
     policy.plan_length("dflash2", [0.5, 0.3], 0.01, 0)
     policy.observe(Mode.DFLASH2, 0, 1, 0.05, unlucky)
     assert policy.choose(0, Mode.DFLASH2).mode is Mode.AR  # three samples are a verdict
+    for _ in range(3):  # its looks promise again: rejoined in this reply, it is known here
+        policy.observe(Mode.AR, 0, 1, 0.03)
+        policy.observe_preview(Mode.DFLASH2, [0.95] * 6, 0.01, 0)
+    assert policy.choose(0, Mode.AR).mode is Mode.DFLASH2
+    policy.plan_length("dflash2", [0.5, 0.3], 0.01, 0)
+    policy.observe(Mode.DFLASH2, 0, 1, 0.05, unlucky)
+    assert policy.choose(0, Mode.DFLASH2).mode is Mode.AR  # one step decides now
 
 
 def test_a_drafting_mode_behind_plain_gives_way_without_a_margin():
