@@ -4,8 +4,9 @@
 Cost is a property of the machine, the model and the step's shape, not of the text, so it is
 measured once per machine and model — a short calibration at the first auto generation
 (forwards over 1–16 tokens at depth 0 and, where the context allows, 1024; a few seconds) —
-and cached on disk under a key of both. Every real step then refines it (a moving average per
-measured cell), so a busy machine or a drifting estimate corrects itself within a reply.
+and cached on disk under a key of both. Every real step then refines it: a cell is the median
+of its last few measurements (the calibration counting as two), so a busy machine or a drifting
+estimate corrects itself within a few steps, and one slow step does not move it.
 Between measured cells the forward's cost is interpolated linearly in tokens and in depth
 (attention grows with depth; the weights' cost does not), beyond them extrapolated along the
 last two depths.
@@ -21,9 +22,11 @@ import itertools
 import json
 import os
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
+from statistics import median
 
 from engine_mlx.blas import status as blas_status
 from engine_mlx.cpu.machine import cores, cpu_signature
@@ -35,7 +38,8 @@ FORMAT = 1
 MAX_AGE_DAYS = 30
 TOKENS = (1, 2, 4, 8, 16)
 DEPTHS = (0, 1024)
-SMOOTHING = 0.1
+RECENT = 5  # measurements a cell keeps; its cost is their median
+CALIBRATED_WEIGHT = 2  # measurements a calibrated (or cached) cell's value counts as
 NEW_DEPTH_MIN = 256  # depths closer than this (or NEW_DEPTH_SHARE of the depth) share cells
 NEW_DEPTH_SHARE = 0.25
 
@@ -49,6 +53,9 @@ class StepCosts:
     # Depths where a one-token forward was measured (calibrated, or a plain step ran there):
     # elsewhere its cost is extrapolated, which ran ~60% high at 4k from a 0-1k calibration.
     plain_depths: set[int] = field(default_factory=set)
+    # Each cell's recent measurements (``observe_verify``); a cell without an entry holds
+    # the calibration's value, one with an empty entry an extrapolation, to be replaced.
+    _recent: dict[tuple[int, int], deque[float]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.plain_depths |= {d for n, d in self.verify if n == 1}
@@ -81,25 +88,35 @@ class StepCosts:
         return b + max(0.0, b - a) * (tokens - n1) / (n1 - n0)
 
     def observe_verify(self, tokens: int, depth: int, seconds: float) -> None:
-        """A real forward: moves the nearest measured cell toward what its shape implies. A
-        depth far from every measured one (the calibration stops at 1k; replies go deeper)
-        first gets cells of its own, from the extrapolation, so that it does not bend the
-        cells it was extrapolated from."""
+        """A real forward: the nearest cell becomes the median of its recent measurements
+        (what this one implies for the cell's shape among them). A depth far from every
+        measured one (the calibration stops at 1k; replies go deeper) first gets cells of
+        its own, from the extrapolation, so that it does not bend the cells it was
+        extrapolated from; their first measurement replaces the extrapolation. (A moving
+        average at 0.1 took ~20 steps to bring plain decoding's cost at 4k from the
+        extrapolated 176 ms to the measured 115-150, and four slow steps from a busy machine
+        raised MTP's by 17%: auto left MTP, which led plain there, for plain.)"""
         if seconds <= 0:
             return
         depths = {d for _, d in self.verify}
         if not any(_near(d, depth) for d in depths):
             column = round(depth / NEW_DEPTH_MIN) * NEW_DEPTH_MIN
             sizes = {n for n, _ in self.verify}
-            self.verify.update({(n, column): self.verify_s(n, column) for n in sizes})
+            new = {(n, column): self.verify_s(n, column) for n in sizes}
+            self.verify.update(new)
+            self._recent.update({cell: deque(maxlen=RECENT) for cell in new})
         predicted = self.verify_s(tokens, depth)
         cell = min(self.verify, key=lambda c: (abs(c[1] - depth), abs(c[0] - tokens)))
         if tokens == 1:
             self.plain_depths.add(cell[1])
-        ratio = min(max(seconds / predicted if predicted > 0 else 1.0, 0.5), 2.0)
+        ratio = seconds / predicted if predicted > 0 else 1.0
+        recent = self._recent.setdefault(
+            cell, deque([self.verify[cell]] * CALIBRATED_WEIGHT, maxlen=RECENT)
+        )
         # The nearest cell only: moving its neighbours too compounded every misjudged size
         # into the others (measured: plain's cost at 4k drifted ~50% high while MTP ran).
-        self.verify[cell] *= 1.0 + SMOOTHING * (ratio - 1.0)
+        recent.append(self.verify[cell] * ratio)
+        self.verify[cell] = median(recent)
 
     def to_json(self) -> dict:
         return {

@@ -257,6 +257,15 @@ def test_plans_lengthen_when_drafts_beat_their_scores_and_shorten_when_they_fall
     assert _plans_after(_policy(_costs(per_token_ms=2.0)), 8, 0.0) < at_face_value
 
 
+def test_one_missed_draft_is_not_a_verdict_on_the_estimates_but_several_are():
+    policy = _policy(_costs())
+    _run_dflash2(policy, 1, expected=2.2, committed=1)
+    after_one = policy._state(Mode.DFLASH2).honesty
+    _run_dflash2(policy, 5, expected=2.2, committed=1)
+    assert after_one > 0.65  # the plans still verify most of what they would
+    assert policy._state(Mode.DFLASH2).honesty < 0.5  # six in a row: they over-promise here
+
+
 def test_one_slow_step_does_not_drive_a_winning_mode_away():
     policy = _policy(_costs(per_token_ms=1.0), (Mode.AR, Mode.MTP))  # plain: 30 ms a token
     policy.observe_preview(Mode.MTP, [0.9], 0.003, 0)
