@@ -69,7 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="comma list (default 0,1024; suite: its own; --forward-cost: 0,1024,4096)",
     )
     bench.add_argument("--max-tokens", type=int, default=128)
-    bench.add_argument("--repeats", type=int, default=3)
+    bench.add_argument(
+        "--repeats", type=int, default=None, help="rounds of every cell (default 3; suite: 1)"
+    )
     bench.add_argument("--no-baseline", action="store_true", help="skip mlx-lm")
     bench.add_argument("--json-out", type=Path, default=None)
     bench.add_argument(
@@ -159,6 +161,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "generate":
             return _generate(args)
         if args.command == "bench":
+            if args.repeats is not None and args.repeats < 1:
+                raise EngineError("--repeats must be at least 1")
+            if args.suite:
+                from engine_mlx.bench.suite import run_suite
+
+                return run_suite(args)
+            args.repeats = args.repeats or 3
             if args.forward_cost:
                 from engine_mlx.bench.forward_cost import run_forward_cost
 
@@ -167,10 +176,6 @@ def main(argv: list[str] | None = None) -> int:
                 from engine_mlx.bench.server_overhead import run_server_overhead
 
                 return run_server_overhead(args)
-            if args.suite:
-                from engine_mlx.bench.suite import run_suite
-
-                return run_suite(args)
             from engine_mlx.bench.run import run_bench
 
             return run_bench(args)

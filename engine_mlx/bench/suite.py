@@ -52,6 +52,8 @@ def run_suite(args: argparse.Namespace) -> int:
         spec = replace(spec, widths=tuple(int(w) for w in args.widths.split(",")))
     if args.depths:
         spec = replace(spec, depths=tuple(int(d) for d in args.depths.split(",")))
+    if args.repeats:
+        spec = replace(spec, repeats=args.repeats)
     path = resolve_model(args.model)
     target = TargetModel.load(path)
     speculators = speculators_from_args(args, target)

@@ -54,3 +54,19 @@ def test_reduced_suite_writes_json_and_plot(tiny_model_dir, tiny_target, tmp_pat
     assert all(abs(r["vs_ar"] - 1.0) < 1e-9 for r in ar_rows)
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and plot.stat().st_size > 10_000
     assert "tok/s" in capsys.readouterr().out
+
+
+def test_suite_repeats_every_cell_in_rounds(tiny_model_dir, tiny_target, tmp_path):
+    drafter = save_dflash(random_dflash(tiny_target("llama"), conv=2, block=4), tmp_path / "d")
+    out = tmp_path / "suite.json"
+    argv = [
+        *("bench", "--suite", "reduced", "--model", str(tiny_model_dir("llama"))),
+        *("--drafter", str(drafter), "--categories", "math", "--depths", "0"),
+        *("--modes", "ar,auto", "--no-baseline", "--json-out", str(out), "--repeats", "2"),
+    ]
+    assert main(argv) == 0
+    report = json.loads(out.read_text())
+    assert report["repeats"] == 2
+    (auto,) = [r for r in report["results"] if r["mode"] == "auto"]
+    assert len(auto["steps"]) == 2  # one record per round
+    assert main([*argv[:-1], "0"]) == 2
