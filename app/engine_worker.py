@@ -192,6 +192,7 @@ class EngineWorker(QObject):
                 top_p=float(settings.get("top_p", 1.0)),
                 top_k=int(settings.get("top_k", 0)),
                 seed=settings.get("seed"),
+                repetition_penalty=float(settings.get("repetition_penalty", 1.0)),
             ),
             mode=settings.get("mode", Mode.AUTO),
             width=int(settings.get("draft_width", 1)),

@@ -28,6 +28,13 @@ class SettingsDialog(QDialog):
         self.temperature = self._double(0.0, 2.0, 0.05, settings.temperature, "Temperature")
         self.top_p = self._double(0.01, 1.0, 0.01, settings.top_p, "Top-p")
         self.top_k = self._int(0, 1000, settings.top_k, "Top-k (0: off)")
+        self.repetition_penalty = self._double(
+            1.0, 2.0, 0.01, settings.repetition_penalty, "Repetition penalty (1: off)"
+        )
+        self.repetition_penalty.setToolTip(
+            "Above 1, tokens already in the conversation become less likely; small models "
+            "otherwise tend to repeat themselves. Qwen2.5 recommends 1.05."
+        )
         self.max_tokens = self._int(1, 32768, settings.max_tokens, "Maximum tokens")
         self.draft_width = self._int(1, 8, settings.draft_width, "Draft width")
         self.block_size = self._int(0, 64, settings.block_size, "Block size (0: the drafter's)")
@@ -56,6 +63,7 @@ class SettingsDialog(QDialog):
             ("Temperature", self.temperature),
             ("Top-p", self.top_p),
             ("Top-k", self.top_k),
+            ("Repetition penalty", self.repetition_penalty),
             ("Max tokens", self.max_tokens),
             ("System prompt", self.system_prompt),
             ("Draft width", self.draft_width),
@@ -95,6 +103,7 @@ class SettingsDialog(QDialog):
             temperature=self.temperature.value(),
             top_p=self.top_p.value(),
             top_k=self.top_k.value(),
+            repetition_penalty=self.repetition_penalty.value(),
             max_tokens=self.max_tokens.value(),
             system_prompt=self.system_prompt.toPlainText().strip(),
             draft_width=self.draft_width.value(),

@@ -425,6 +425,7 @@ class AppSettings:
     temperature: float = 0.7
     top_p: float = 0.8
     top_k: int = 20
+    repetition_penalty: float = 1.05
     max_tokens: int = 1024
     system_prompt: str = "You are a helpful assistant."
     draft_width: int = 2
@@ -444,6 +445,7 @@ _SETTING_CHECKS: dict[str, Any] = {
     "temperature": lambda v: v >= 0,
     "top_p": lambda v: 0 < v <= 1,
     "top_k": lambda v: v >= 0,
+    "repetition_penalty": lambda v: 0 < v <= 10,
     "max_tokens": lambda v: v >= 1,
     "draft_width": lambda v: v >= 1,
     "block_size": lambda v: v >= 0,

@@ -22,6 +22,13 @@ def add_sampling(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--min-p", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=None)
+    p.add_argument(
+        "--repetition-penalty",
+        type=float,
+        default=1.0,
+        help="above 1 discourages tokens already in the context, as in Hugging Face "
+        "(Qwen2.5 recommends 1.05); 1 = off",
+    )
 
 
 def add_speculation(p: argparse.ArgumentParser) -> None:

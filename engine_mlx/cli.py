@@ -306,7 +306,9 @@ def _generate(args: argparse.Namespace) -> int:
         raise EngineError(f"MTP is unavailable: {mtp_reason}")
     ids = encode_prompt(target, read_prompt(args), chat=args.chat, system=args.system)
     try:
-        sampling = SamplingParams(args.temp, args.top_k, args.top_p, args.min_p, args.seed)
+        sampling = SamplingParams(
+            args.temp, args.top_k, args.top_p, args.min_p, args.seed, args.repetition_penalty
+        )
     except ValueError as exc:
         raise EngineError(str(exc)) from exc
     config = config_from_args(

@@ -150,6 +150,7 @@ class Generation:
 
     def _decode(self, mode: Mode, logits: mx.array) -> Iterator[Event]:
         strategy = self._strategy(mode)
+        self.sampler.remember(self.prompt)
         strategy.begin(self.sampler.sample(logits[0, -1]))
         while True:
             if self.cancel.is_set():
@@ -201,6 +202,7 @@ class Generation:
                 mode, self.depth, step_stats.committed, step_stats.seconds, step_stats
             )
         new = outcome.tokens[:limit]
+        self.sampler.remember(new)
         if self.lookup is not None:
             self.lookup.extend(new)
         hit_eos = next((i for i, t in enumerate(new) if t in self.eos), None)

@@ -116,6 +116,8 @@ class RemoteSession:
     ) -> Iterator[Event]:
         cancel = cancel or threading.Event()
         sampling = config.sampling
+        # Top-k and the repetition penalty are not OpenAI parameters (some servers refuse
+        # unknown ones): a remote model samples with its server's own.
         body: dict[str, Any] = {
             "model": self.endpoint.model,
             "messages": list(messages),

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import mlx.core as mx
+import numpy as np
 
 from engine_mlx.decoding.sampling import Sampler, filtered_logprobs
 from engine_mlx.decoding.tree import CandidateTree
@@ -58,15 +59,25 @@ def replay(tree: CandidateTree, committed: list[int]) -> Acceptance | None:
     return None
 
 
+def path_tokens(tree: CandidateTree) -> mx.array:
+    """[N, N] token ids: row i holds the tokens of node i and its ancestors, padded with
+    node i's own token (a set, so repeats change nothing)."""
+    own = np.array(tree.tokens, dtype=np.int32)
+    return mx.array(np.where(tree.ancestor_mask(), own[None, :], own[:, None]))
+
+
 def accept(tree: CandidateTree, logits: mx.array, sampler: Sampler) -> Acceptance:
     """The target's picks for every node of ``tree`` (logits [N, V] from its verification)
     and the walk. Where kernels run (a GPU backend, or the emulator), picks and walk run on
     the device with one read-back; sampled picks there draw by inverse CDF from the same
     filtered distribution (another random stream, the same distribution). Elsewhere the
-    sampler picks and the walk runs on the host."""
+    sampler picks and the walk runs on the host. A repetition penalty at node i counts the
+    tokens on its own path: they precede it in the text that node would continue."""
+    extra = path_tokens(tree) if sampler.penalises else None
     if live_executor() is None:
         record("acceptance", kernel=False)
-        return walk(tree, sampler.sample(logits).tolist())
+        return walk(tree, sampler.sample(logits, extra).tolist())
+    logits = sampler.penalised(logits, extra)
     tokens = mx.array(tree.tokens, dtype=mx.int32)
     parents = mx.array(tree.parents, dtype=mx.int32)
     if sampler.params.greedy:

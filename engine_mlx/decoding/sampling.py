@@ -1,13 +1,18 @@
-"""Logits -> next tokens: temperature, top-k, top-p, min-p, with a seeded RNG.
+"""Logits -> next tokens: repetition penalty, temperature, top-k, top-p, min-p, with a seeded
+RNG.
 
 mlx-lm's ``make_sampler`` builds a closure over the global MLX RNG; FlashChat needs the
 filtered *distribution* too (the sampled acceptance rule compares against it) and its own
-key per generation so a seed reproduces a reply whatever else runs in the process.
+key per generation so a seed reproduces a reply whatever else runs in the process. mlx-lm's
+repetition penalty looks back over a window of the tokens it has generated; verification needs
+the penalty of every tree node from its own path (``Sampler.penalised``), over the whole
+context as Hugging Face applies it (the Qwen demo's recommended settings assume that).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import mlx.core as mx
@@ -15,13 +20,15 @@ import mlx.core as mx
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """temperature 0 means greedy; 0 / 1.0 / 0.0 disable top-k / top-p / min-p."""
+    """temperature 0 means greedy; 0 / 1.0 / 0.0 / 1.0 disable top-k / top-p / min-p /
+    the repetition penalty."""
 
     temperature: float = 0.0
     top_k: int = 0
     top_p: float = 1.0
     min_p: float = 0.0
     seed: int | None = None
+    repetition_penalty: float = 1.0
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
@@ -32,6 +39,8 @@ class SamplingParams:
             raise ValueError("top-p must be in (0, 1]")
         if not 0.0 <= self.min_p < 1.0:
             raise ValueError("min-p must be in [0, 1)")
+        if not 0.0 < self.repetition_penalty <= 10.0:
+            raise ValueError("the repetition penalty must be in (0, 10] (1 is off)")
 
     @property
     def greedy(self) -> bool:
@@ -81,21 +90,68 @@ def probabilities(logits: mx.array, params: SamplingParams) -> mx.array:
     return mx.exp(filtered_logprobs(logits, params))
 
 
+def penalise(logits: mx.array, seen: mx.array, penalty: float) -> mx.array:
+    """Hugging Face's repetition penalty: the logit of every token marked in ``seen`` (a 0/1
+    mask broadcastable to ``logits``) is divided by ``penalty`` when positive and multiplied
+    by it when not, once however often the token occurred."""
+    x = logits.astype(mx.float32)
+    return mx.where(seen > 0, mx.where(x > 0, x / penalty, x * penalty), x)
+
+
 class Sampler:
-    """Draws tokens with its own key stream: one seed -> one reproducible sequence."""
+    """Draws tokens with its own key stream: one seed -> one reproducible sequence. With a
+    repetition penalty it also keeps the set of tokens in the context, which the generation
+    extends as tokens are committed (``remember``)."""
 
     def __init__(self, params: SamplingParams) -> None:
         self.params = params
         seed = params.seed if params.seed is not None else int.from_bytes(os.urandom(4), "little")
         self.seed = seed
         self._key = mx.random.key(seed)
+        self._seen: mx.array | None = None  # [vocab] 0/1, made at the first penalised logits
+        self._pending: list[int] = []  # remembered, not yet in ``_seen``
+
+    @property
+    def penalises(self) -> bool:
+        return self.params.repetition_penalty != 1.0
+
+    def remember(self, tokens: Sequence[int]) -> None:
+        """Tokens now in the context (the prompt, then every committed token)."""
+        if self.penalises:
+            self._pending.extend(int(t) for t in tokens)
+
+    def _seen_mask(self, vocab: int) -> mx.array:
+        if self._seen is None:
+            self._seen = mx.zeros((vocab,), dtype=mx.float32)
+        if self._pending:  # a new array: a step queued earlier keeps the set it was built on
+            idx = mx.array(self._pending, dtype=mx.int32)
+            ones = mx.ones(idx.shape, dtype=mx.float32)
+            self._seen = mx.put_along_axis(self._seen, idx, ones, axis=0)
+            self._pending = []
+        return self._seen
+
+    def penalised(self, logits: mx.array, extra: mx.array | None = None) -> mx.array:
+        """``logits`` [..., vocab] with the repetition penalty over the context's tokens and,
+        per row, the ``extra`` [..., k] token ids that precede that row but are not committed
+        yet (a tree node's path; the plain pipeline's newest token). Unchanged without a
+        penalty."""
+        if not self.penalises:
+            return logits
+        seen = self._seen_mask(logits.shape[-1])
+        if extra is not None:
+            extra = extra.astype(mx.int32)
+            seen = mx.broadcast_to(seen, (*extra.shape[:-1], logits.shape[-1]))
+            seen = mx.put_along_axis(seen, extra, mx.ones(extra.shape, mx.float32), axis=-1)
+        return penalise(logits, seen, self.params.repetition_penalty)
 
     def next_key(self) -> mx.array:
         self._key, sub = mx.random.split(self._key)
         return sub
 
-    def sample(self, logits: mx.array) -> mx.array:
-        """``logits`` [..., vocab] -> token ids [...] (lazy: no evaluation happens here)."""
+    def sample(self, logits: mx.array, extra: mx.array | None = None) -> mx.array:
+        """``logits`` [..., vocab] -> token ids [...] (lazy: no evaluation happens here);
+        ``extra`` as for ``penalised``."""
+        logits = self.penalised(logits, extra)
         if self.params.greedy:
             return mx.argmax(logits, axis=-1)
         return mx.random.categorical(filtered_logprobs(logits, self.params), key=self.next_key())

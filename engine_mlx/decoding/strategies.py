@@ -121,7 +121,8 @@ class Autoregressive:
     def _queue(self) -> None:
         snap = self.target.snapshot(self.cache)
         out = self.target.forward(self._root.reshape(1), self.cache, capture=self.capture)
-        nxt = self.sampler.sample(out.logits[0, -1])
+        # The root is committed by the step that queues this, after it: not remembered yet.
+        nxt = self.sampler.sample(out.logits[0, -1], extra=self._root.reshape(1))
         mx.async_eval(nxt)
         self._queued = (nxt, snap, out.features)
 

@@ -154,6 +154,11 @@ def _config(body: dict[str, Any], base: GenerationConfig) -> GenerationConfig:
     if not 0.0 < top_p <= 1.0:
         raise ApiError(400, "'top_p' must be in (0, 1].", param="top_p")
     seed = _get(body, "seed", int, default=None)
+    penalty = _get(body, "repetition_penalty", float, default=1.0)  # vLLM's and llama.cpp's name
+    if not 0.0 < penalty <= 10.0:
+        raise ApiError(
+            400, "'repetition_penalty' must be in (0, 10] (1 is off).", param="repetition_penalty"
+        )
     stops = _stops(body.get("stop"))
     mode_name = _get(body, "mode", str, default=None)
     mode = base.mode if mode_name is None else parse_mode(mode_name)
@@ -163,7 +168,9 @@ def _config(body: dict[str, Any], base: GenerationConfig) -> GenerationConfig:
     return replace(
         base,
         max_tokens=max_tokens,
-        sampling=SamplingParams(temperature=temperature, top_p=top_p, seed=seed),
+        sampling=SamplingParams(
+            temperature=temperature, top_p=top_p, seed=seed, repetition_penalty=penalty
+        ),
         stop_strings=stops,
         mode=mode,
     )

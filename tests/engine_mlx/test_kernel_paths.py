@@ -10,6 +10,7 @@ import pytest
 from engine_mlx.config import GenerationConfig
 from engine_mlx.decoding.dflash_drafter import DFlashDrafter
 from engine_mlx.decoding.mtp_drafter import MTPDrafter
+from engine_mlx.decoding.sampling import SamplingParams
 from engine_mlx.kernels.launch import ENV_SWITCH
 from engine_mlx.models.target import TargetModel
 from engine_mlx.session import Session
@@ -81,6 +82,11 @@ def test_emulated_mtp_gives_plain_greedy_tokens(wide_heads, monkeypatch):
     assert result.stats.kernels["calls"]["acceptance"] >= 1
     assert result.stats.kernels["calls"]["tree_attention"] >= 1
     assert result.stats.kernels["calls"]["path_scores"] >= 1
+    penalty = SamplingParams(repetition_penalty=1.6)  # penalised logits into the kernel
+    monkeypatch.setenv(ENV_SWITCH, "0")
+    plain = _run(Session(target), ids, sampling=penalty)
+    monkeypatch.setenv(ENV_SWITCH, "emulate")
+    assert _run(session, ids, mode="mtp", sampling=penalty).tokens == plain.tokens
 
 
 def test_head_sizes_the_kernel_does_not_take_show_as_fallbacks(tiny_target, monkeypatch):

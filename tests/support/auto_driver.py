@@ -17,14 +17,16 @@ def drive_auto(
     costs_for_plan: Callable[[int], StepCosts],
     mode_for_choice: Callable[[int, Mode | None], Mode | None],
 ) -> None:
-    """Plan number k (from 1) sees ``costs_for_plan(k)``; choice number k (from 1) is forced
-    to ``mode_for_choice(k, current)`` (None: the policy decides)."""
+    """Plan number k (from 1) sees a copy of ``costs_for_plan(k)`` (real steps refine the
+    table they are measured against: on the schedule's own, a few would replace it); choice
+    number k (from 1) is forced to ``mode_for_choice(k, current)`` (None: the policy
+    decides)."""
     calls = {"plan": 0, "choose": 0}
     plan, choose = ExpectedRatePolicy.plan_length, ExpectedRatePolicy.choose
 
     def scheduled_plan(self, *args):
         calls["plan"] += 1
-        self._costs = costs_for_plan(calls["plan"])
+        self._costs = StepCosts(dict(costs_for_plan(calls["plan"]).verify))
         return plan(self, *args)
 
     def scheduled_choose(self, depth, current):

@@ -1,4 +1,5 @@
-"""Sampling: seeds reproduce, and each filter keeps exactly the mass it should."""
+"""Sampling: seeds reproduce, each filter keeps exactly the mass it should, and the repetition
+penalty touches the context's tokens and nothing else."""
 
 from __future__ import annotations
 
@@ -82,7 +83,15 @@ def test_sampled_frequencies_match_distribution():
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{"temperature": -1}, {"top_p": 0.0}, {"top_k": -2}, {"min_p": 1.0}]
+    "kwargs",
+    [
+        {"temperature": -1},
+        {"top_p": 0.0},
+        {"top_k": -2},
+        {"min_p": 1.0},
+        {"repetition_penalty": 0.0},
+        {"repetition_penalty": 11.0},
+    ],
 )
 def test_invalid_params(kwargs):
     with pytest.raises(ValueError):
@@ -116,3 +125,21 @@ def test_top_k_with_top_p_and_min_p_is_the_reference_filter_over_a_large_vocabul
         expected = np.zeros_like(row)
         expected[order[keep]] = p[keep] / p[keep].sum()
         np.testing.assert_allclose(probs_row, expected, rtol=1e-4, atol=1e-6)
+
+
+def test_the_repetition_penalty_scales_the_contexts_tokens_toward_zero_once():
+    sampler = Sampler(SamplingParams(repetition_penalty=2.0))
+    logits = mx.array([[4.0, -4.0, 4.0, -4.0, 1.0]] * 3)
+    assert sampler.penalised(logits).tolist() == logits.tolist()  # nothing in the context yet
+    sampler.remember([0, 1, 1])  # twice is once
+    extra = mx.array([[0, 0], [2, 0], [3, 2]])  # per row: tokens before it, not committed
+    assert sampler.penalised(logits, extra).tolist() == [
+        [2.0, -8.0, 4.0, -4.0, 1.0],
+        [2.0, -8.0, 2.0, -4.0, 1.0],
+        [2.0, -8.0, 2.0, -8.0, 1.0],
+    ]
+    sampler.remember([4])
+    assert sampler.penalised(logits[0]).tolist() == [2.0, -8.0, 4.0, -4.0, 0.5]
+    off = Sampler(SamplingParams())
+    off.remember([0, 1, 2, 3, 4])
+    assert off.penalised(logits).tolist() == logits.tolist()

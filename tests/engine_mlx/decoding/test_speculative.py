@@ -12,8 +12,9 @@ import pytest
 
 from engine_mlx.config import GenerationConfig
 from engine_mlx.decoding.dflash_drafter import DFlashDrafter
+from engine_mlx.decoding.mtp_drafter import MTPDrafter
 from engine_mlx.decoding.ngram import NGramIndex
-from engine_mlx.decoding.sampling import Sampler, SamplingParams
+from engine_mlx.decoding.sampling import Sampler, SamplingParams, penalise
 from engine_mlx.decoding.selector import AcceptanceCalibrator
 from engine_mlx.decoding.strategies import Speculative
 from engine_mlx.models.target import TargetModel
@@ -21,7 +22,7 @@ from engine_mlx.modes import Mode
 from engine_mlx.session import Session
 from engine_mlx.step_costs import StepCosts
 from tests.support.auto_driver import drive_auto
-from tests.support.drafters import OracleDrafter, random_dflash
+from tests.support.drafters import OracleDrafter, random_dflash, random_mtp_head
 from tests.support.tiny_models import build_tiny_model
 
 PROMPT = "Hello world, the quick brown fox"
@@ -145,12 +146,17 @@ def tiny_vocab_target(tmp_path_factory) -> TargetModel:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("width", [1, 3])
-@pytest.mark.parametrize("mode", ["dflash2", "auto"])  # auto: lengths and modes change
-def test_sampled_distribution_matches_plain_sampling(mode, width, tiny_vocab_target, monkeypatch):
+@pytest.mark.parametrize(
+    ("mode", "width", "penalty"),  # auto: lengths and modes change
+    [("dflash2", 1, 1.0), ("dflash2", 3, 1.0), ("auto", 1, 1.0), ("auto", 3, 1.0),
+     ("dflash2", 3, 1.5)],
+)  # fmt: skip
+def test_sampled_distribution_matches_plain_sampling(
+    mode, width, penalty, tiny_vocab_target, monkeypatch
+):
     target = tiny_vocab_target
     prompt = [3, 5, 7, 3, 5]
-    params = dict(temperature=0.6, top_k=8)
+    params = dict(temperature=0.6, top_k=8, repetition_penalty=penalty)
     spec_session = Session(target, OracleDrafter(target, block_size=3))
     plain_session = Session(target)
     runs = 300
@@ -235,3 +241,37 @@ def test_lookup_scores_say_what_prompt_lookup_alone_would_propose(tiny_target):
     scores = strategy(lookup).lookup_scores(7)
     assert len(scores) == 4 and all(a >= b > 0 for a, b in pairwise(scores))
     assert strategy(None).lookup_scores(7) == []
+
+
+def _penalised_reference(target: TargetModel, ids: list[int], n: int, penalty: float) -> list[int]:
+    """Greedy decoding by the definition: each token is the argmax of the last position's
+    logits over the whole text so far, every token in it penalised once (Hugging Face)."""
+    out: list[int] = []
+    for _ in range(n):
+        text = ids + out
+        logits = target.forward(mx.array(text), target.make_cache()).logits[0, -1]
+        seen = mx.zeros(logits.shape)
+        seen[mx.array(text)] = 1.0
+        out.append(int(mx.argmax(penalise(logits, seen, penalty)).item()))
+    return out
+
+
+@pytest.mark.parametrize("arch", SPEC_ARCHS)
+def test_a_repetition_penalty_is_lossless_in_every_mode(arch, tiny_target, monkeypatch):
+    target = tiny_target(arch)
+    ids = target.tokenizer.encode("one two three one two three one two")
+    greedy = SamplingParams(repetition_penalty=1.6)
+    plain = _tokens(Session(target), ids, max_tokens=24, sampling=greedy)
+    assert list(plain) == _penalised_reference(target, ids, 24, 1.6)
+    assert plain != _tokens(Session(target), ids, max_tokens=24)  # the penalty did something
+    mtp = MTPDrafter(random_mtp_head(target), target, steps=2)
+    session = Session(target, DFlashDrafter(random_dflash(target, conv=4), target), mtp)
+    for mode, width in (("dflash2", 1), ("dflash2", 4), ("lookup", 3), ("mtp", 1)):
+        got = _tokens(session, ids, max_tokens=24, mode=mode, width=width, sampling=greedy)
+        assert got == plain, (mode, width)
+    oracle = Session(target, OracleDrafter(target, block_size=5))  # every draft accepted
+    assert _tokens(oracle, ids, max_tokens=24, mode="dflash2", width=2, sampling=greedy) == plain
+    cheap = StepCosts({(n, 0): 0.05 for n in (1, 2, 4)})
+    modes = (Mode.AR, Mode.DFLASH2, Mode.MTP)  # a change of mode at every step
+    drive_auto(monkeypatch, lambda k: cheap, lambda k, current: modes[k % 3])
+    assert _tokens(session, ids, max_tokens=24, mode="auto", width=2, sampling=greedy) == plain

@@ -100,6 +100,11 @@ def test_a_client_that_leaves_cancels_and_frees_the_engine(start_server) -> None
         (json.dumps({"model": "MODEL", "messages": MESSAGES, "stop": [1]}).encode(), 400, "stop"),
         (json.dumps({"model": "MODEL", "messages": MESSAGES, "n": 2}).encode(), 400, "n"),
         (
+            json.dumps({"model": "MODEL", "messages": MESSAGES, "repetition_penalty": 0}).encode(),
+            400,
+            "repetition_penalty",
+        ),
+        (
             json.dumps({"model": "MODEL", "messages": MESSAGES, "mode": "warp"}).encode(),
             400,
             "mode",
