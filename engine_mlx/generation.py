@@ -18,9 +18,11 @@ import mlx.core as mx
 from engine_mlx.backend import backend_info
 from engine_mlx.chat import IncrementalDetokenizer, StopStringFilter
 from engine_mlx.config import GenerationConfig
+from engine_mlx.decoding.acceptance import replay
 from engine_mlx.decoding.ngram import NGramIndex
 from engine_mlx.decoding.sampling import Sampler
 from engine_mlx.decoding.strategies import Drafter, Strategy
+from engine_mlx.decoding.tree import CandidateTree
 from engine_mlx.events import Event, Finished, ModeSwitch, PrefillProgress, Started, Tokens
 from engine_mlx.kernels import launch
 from engine_mlx.modes import Mode
@@ -84,6 +86,9 @@ class Generation:
         self.tokens: list[int] = []
         self.depth = len(prompt)
         self._previews: dict[Mode, int] = {}  # mode -> len(tokens) at its pending look
+        # Whole drafts whose worth the text has not decided yet: (mode, draft, len(tokens)
+        # at its root).
+        self._drafts: list[tuple[Mode, CandidateTree, int]] = []
 
     def events(self) -> Iterator[Event]:
         prompt = self.prompt
@@ -197,10 +202,18 @@ class Generation:
         t_step = time.perf_counter()
         outcome = strategy.step(limit)
         step_stats = replace(outcome.stats, seconds=time.perf_counter() - t_step)
+        replayed = outcome.proposed is not None and hasattr(self.policy, "observe_drafts")
         if self.policy is not None and self.tokens:
             self.policy.observe(
-                mode, self.depth, step_stats.committed, step_stats.seconds, step_stats
+                mode,
+                self.depth,
+                step_stats.committed,
+                step_stats.seconds,
+                step_stats,
+                **({"replayed": True} if replayed else {}),  # only the expected-rate policy
             )
+        if replayed:
+            self._drafts.append((mode, outcome.proposed, len(self.tokens)))  # type: ignore[arg-type]
         new = outcome.tokens[:limit]
         self.sampler.remember(new)
         if self.lookup is not None:
@@ -210,6 +223,7 @@ class Generation:
             new = new[:hit_eos]
         self.tokens.extend(new)
         self.depth += len(new)
+        self._judge_drafts()
         for looked, start in list(self._previews.items()):  # the looks' drafts, judged
             if self.strategies[looked].judge_preview(self.tokens[start:]):  # type: ignore[attr-defined]
                 del self._previews[looked]
@@ -235,6 +249,22 @@ class Generation:
             acceptance_rate=live.acceptance_rate,
         )
         return event, hit_eos is not None
+
+    def _judge_drafts(self) -> None:
+        """Tell the policy what each whole draft would have committed, once the text after
+        its root decides it. A plan that verified 4 of 8 nodes commits at most 5 tokens, so
+        its own step cannot say whether the other 4 were worth verifying: judged by that
+        step alone, the plans' honesty stayed ~1 on a code rewrite where every verified
+        node passed, and they kept verifying 4 nodes (about 3 tokens a step) where a fixed
+        8-token draft committed 4.6 (auto 1.87x plain, fixed DFlash2 2.66x)."""
+        pending = []
+        for mode, draft, start in self._drafts:
+            walked = replay(draft, self.tokens[start:])
+            if walked is None:
+                pending.append((mode, draft, start))
+            else:
+                self.policy.observe_drafts(mode, sum(draft.scores[1:]), walked.accepted)  # type: ignore[union-attr]
+        self._drafts = pending
 
     def _stop_reason(self, hit_eos: bool) -> str:
         if hit_eos:

@@ -98,6 +98,8 @@ class _Drafting:
     # Drafted tokens committed and drafted tokens its plans expected, decayed sums over its
     # recent steps (``honesty``): the selector's estimates are calibrated per draft position,
     # not per text or depth, so a look is scaled by how honest they were when the mode ran.
+    # Each draft counts whole, judged by the text once written (``observe_drafts``), not by
+    # the part its plan verified: that part cannot show what the rest was worth.
     committed_extra: float = 0.0
     expected_extra: float = 0.0
     raw_expected: float | None = None  # the latest plan's tokens by its unscaled scores
@@ -373,7 +375,10 @@ class ExpectedRatePolicy:
         committed: int,
         seconds: float,
         stats: StepStats | None = None,
+        replayed: bool = False,
     ) -> None:
+        """``replayed``: the step's whole draft is judged later (``observe_drafts``), so its
+        own committed tokens do not count toward the estimates' honesty."""
         self._steps += 1
         timed = mode is self._previous
         self._previous = mode
@@ -401,13 +406,19 @@ class ExpectedRatePolicy:
         if stats is not None and stats.drafted > 0:  # a plan's own, else the step's record
             expected = state.raw_expected or stats.predicted_tokens
         state.raw_expected = None
-        if expected > 1.0:
-            keep = 1.0 - SMOOTHING
-            state.committed_extra = keep * state.committed_extra + (committed - 1)
-            state.expected_extra = keep * state.expected_extra + (expected - 1)
+        if expected > 1.0 and not replayed:
+            self.observe_drafts(mode, expected - 1, committed - 1)
         # A mode's first step starts from what its plan expected, not from one sample.
         prior = state.realised if state.realised is not None else state.expected
         state.realised = _smooth(prior, float(committed))
+
+    def observe_drafts(self, mode: Mode, expected: float, accepted: int) -> None:
+        """A draft's drafted tokens: ``expected`` by its scores, ``accepted`` by the target
+        (verified, or replayed against the text once it was written)."""
+        state = self._state(mode)
+        keep = 1.0 - SMOOTHING
+        state.committed_extra = keep * state.committed_extra + accepted
+        state.expected_extra = keep * state.expected_extra + expected
 
 
 def _per_s(plan: LengthPlan) -> float:

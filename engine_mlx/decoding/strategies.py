@@ -46,6 +46,9 @@ class StepOutcome:
     tokens: list[int]
     from_draft: list[bool]
     stats: StepStats
+    # The whole draft when a plan verified only part of it: what the rest would have been
+    # worth is known once the text after it is (``acceptance.replay``).
+    proposed: CandidateTree | None = None
 
 
 class Strategy(Protocol):
@@ -323,7 +326,8 @@ class Speculative:
             predicted_tokens=plan.expected_tokens if plan else 0.0,
             predicted_s=plan.predicted_s if plan else 0.0,
         )
-        return StepOutcome(result.tokens, [True] * result.accepted + [False], stats)
+        planned = proposed if plan is not None and len(proposed) > 1 else None
+        return StepOutcome(result.tokens, [True] * result.accepted + [False], stats, planned)
 
     def propose(self, root: int, max_depth: int) -> CandidateTree:
         if max_depth <= 0:

@@ -21,7 +21,7 @@ from engine_mlx.session import Session
 from engine_mlx.stats import StepStats
 from engine_mlx.step_costs import StepCosts
 from tests.support.auto_driver import drive_auto
-from tests.support.drafters import random_dflash
+from tests.support.drafters import OracleDrafter, random_dflash
 
 
 def _costs(per_token_ms: float = 1.0, base_ms: float = 30.0) -> StepCosts:
@@ -324,3 +324,28 @@ def test_a_reply_deeper_than_plain_was_ever_timed_starts_plain_and_measures_it()
     policy.observe(Mode.AR, 4001, 1, 0.040)  # timed: the second plain step in a row
     assert policy.costs.knows_plain_at(4002)
     assert policy.choose(4002, None).mode is Mode.DFLASH2
+
+
+def test_a_whole_draft_is_judged_by_the_text_not_by_the_part_a_plan_verified(
+    tiny_target, monkeypatch
+):
+    target = tiny_target("llama")
+    ids = target.tokenizer.encode("Hello world, the quick brown fox")
+    session = Session(target, OracleDrafter(target, block_size=6))  # every draft is right
+    config = GenerationConfig(max_tokens=40, mode="auto", ignore_eos=True, lookup=False)
+    dear = _costs(per_token_ms=12, base_ms=30)  # plans verify a node or two, not five
+    drive_auto(monkeypatch, lambda k: dear, lambda k, current: Mode.DFLASH2)
+    judged: list[tuple[float, int]] = []
+    observe = ExpectedRatePolicy.observe_drafts
+    monkeypatch.setattr(
+        ExpectedRatePolicy,
+        "observe_drafts",
+        lambda self, mode, expected, accepted: (
+            judged.append((expected, accepted)) or observe(self, mode, expected, accepted)
+        ),
+    )
+    events = list(session.generate(ids, config))
+    verified = [e.step.drafted for e in events if isinstance(e, Tokens) and e.step.drafted]
+    assert verified and verified[0] < 5  # the first plan verified part of the block
+    assert judged and judged[0][1] == 5  # and the whole block passed
+    assert session.policy(config)._state(Mode.DFLASH2).honesty > 1.5  # so plans grow bolder
