@@ -105,3 +105,14 @@ def test_a_depth_beyond_the_calibration_gets_its_own_cells():
     assert costs.verify_s(1, 4000) == pytest.approx(0.200, rel=0.03)
     assert {d for _, d in costs.verify} == {0, 1000, 4096}
     assert from_json(json.loads(json.dumps(costs.to_json()))).verify == costs.verify
+
+
+def test_a_calibration_is_made_consistent_in_depth_and_tokens():
+    measured = {(1, 0): 0.115, (4, 0): 0.180, (8, 0): 0.346,  # 8 at depth 0: a slow moment
+                (1, 1024): 0.114, (4, 1024): 0.172, (8, 1024): 0.206}  # fmt: skip
+    fixed = step_costs.consistent(measured)
+    assert fixed[(8, 0)] == pytest.approx(0.206)  # no dearer than deeper in the context
+    assert fixed[(4, 0)] == pytest.approx(0.172) and fixed[(1, 0)] == pytest.approx(0.114)
+    assert fixed[(8, 1024)] == pytest.approx(0.206)  # the deepest cells stand
+    spike = step_costs.consistent({(1, 0): 0.250, (2, 0): 0.130, (4, 0): 0.170})
+    assert [spike[(n, 0)] for n in (1, 2, 4)] == pytest.approx([0.130, 0.130, 0.170])
