@@ -138,6 +138,9 @@ def build_tree(
         depth = tree.depths[node] + 1
         if depth > max_depth:
             return
+        # token -> (estimate, draft probability, source, lookup sub-trie): one entry per
+        # token, the best estimate of those proposing it.
+        children: dict[int, tuple[float, float, str, dict | None]] = {}
         if block is not None and depth <= len(block.tokens):
             row = zip(block.tokens[depth - 1], block.probs[depth - 1], strict=True)
             for rank, (token, prob) in enumerate(row):
@@ -146,12 +149,14 @@ def build_tree(
                 else:
                     a = calibrator.estimate(block_source, depth, float(prob))
                 sub = level.get(int(token)) if level else None
-                entry = (-score * a, counter, node, int(token), float(prob), block_source, sub)
-                heapq.heappush(heap, entry)
-                counter += 1
+                if a > children.get(int(token), (-1.0,))[0]:
+                    children[int(token)] = (a, float(prob), block_source, sub)
         for token, sub in (level or {}).items():
             a = calibrator.estimate("ngram", depth, NGRAM_PRIOR)
-            heapq.heappush(heap, (-score * a, counter, node, token, NGRAM_PRIOR, "ngram", sub))
+            if a > children.get(token, (-1.0,))[0]:
+                children[token] = (a, NGRAM_PRIOR, "ngram", sub)
+        for token, (a, prob, source, sub) in _exclusive(children).items():
+            heapq.heappush(heap, (-score * a, counter, node, token, prob, source, sub))
             counter += 1
 
     push_children(0, 1.0, trie)
@@ -167,3 +172,19 @@ def build_tree(
         leaves += opens_branch
         push_children(node, -neg, sub)
     return tree
+
+
+def _exclusive(
+    children: dict[int, tuple[float, float, str, dict | None]],
+) -> dict[int, tuple[float, float, str, dict | None]]:
+    """Siblings' estimates capped so that they sum to at most 1, best first: the target
+    accepts at most one child of a node, but each estimate is calibrated on its own (by
+    source, depth and draft probability, not rank), so two siblings can both claim 0.8.
+    Measured: Qwen on prose at 4k, the drafter's first and second choices at depth 1 both
+    scored 0.8 and a width-2 tree was expected to commit 14 tokens; its second path was never
+    accepted, and auto verified all 14 nodes at 1.6x the cost of the 7 that paid."""
+    left, out = 1.0, {}
+    for token, (a, *rest) in sorted(children.items(), key=lambda kv: -kv[1][0]):
+        out[token] = (min(a, left), *rest)
+        left = max(0.0, left - a)
+    return out

@@ -1,10 +1,12 @@
 """The acceptance calibrator: estimates from what the target accepted, weighted toward the
-latest text."""
+latest text; the tree builder: siblings' estimates are exclusive."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from engine_mlx.decoding.acceptance import Acceptance
-from engine_mlx.decoding.selector import AcceptanceCalibrator
+from engine_mlx.decoding.selector import AcceptanceCalibrator, BlockCandidates, build_tree
 from engine_mlx.decoding.tree import CandidateTree
 
 
@@ -70,3 +72,21 @@ def test_only_the_node_where_the_walk_stopped_gets_evidence_for_free():
     blind = AcceptanceCalibrator()
     assert calibrator.estimate("dflash2", 2, 0.3) > blind.estimate("dflash2", 2, 0.3)
     assert calibrator.estimate("dflash2", 1, 0.05) == blind.estimate("dflash2", 1, 0.05)
+
+
+def test_siblings_together_are_never_expected_to_be_accepted_more_than_once():
+    calibrator = AcceptanceCalibrator()
+    for _ in range(40):  # first choices drafted at 0.45 were right: the bin says 0.9+
+        tree = CandidateTree.rooted(0)
+        node = tree.add(0, 7, 0.45, "dflash2", score=0.45)
+        calibrator.observe(tree, Acceptance(path=[node], tokens=[7, 1], tested=1))
+    assert calibrator.estimate("dflash2", 1, 0.42) > 0.85  # the same bin
+    # Now the drafter's first and second choices at depth 1 fall in that bin.
+    block = BlockCandidates(tokens=np.array([[5, 6], [8, 9]]), probs=np.array([[0.45, 0.42]] * 2))
+    flat = build_tree(0, calibrator, width=2, max_depth=1, block=block)
+    assert sorted(flat.tokens[1:]) == [5, 6]  # both proposed (the budget allows no other)...
+    assert flat.scores[1] > 0.85 and sum(flat.scores[1:]) <= 1.0 + 1e-9  # ...one accepted
+    # With room to choose, the second path branches under the confident first token
+    # instead of spending a node on its near-certainly rejected sibling.
+    deep = build_tree(0, calibrator, width=2, max_depth=2, block=block)
+    assert deep.tokens[1:] == [5, 8, 9] and deep.depths[1:] == [1, 2, 2]
