@@ -94,6 +94,7 @@ class _Drafting:
     draft: _Timing = field(default_factory=_Timing)  # seconds per proposal
     rest: _Timing = field(default_factory=_Timing)  # beside draft and forward: acceptance, ...
     look: LengthPlan | None = None  # what its latest looks promised (smoothed)
+    look_pace: float = 1.0  # the machine's pace (``StepCosts.pace``) when ``look`` was priced
     look_s: float = 0.0  # seconds one look takes (a draft: grows with the context)
     # Drafted tokens committed and drafted tokens its plans expected, decayed sums over its
     # recent steps (``honesty``): the selector's estimates are calibrated per draft position,
@@ -164,7 +165,7 @@ class ExpectedRatePolicy:
         if state is None:
             return None
         if not running or state.realised is None or not state.draft.known:
-            return state.look
+            return self._repriced(state)
         tokens = state.realised
         if state.expected is not None:
             tokens = min(tokens, TRUST_ABOVE_EXPECTED * state.expected)
@@ -174,6 +175,19 @@ class ExpectedRatePolicy:
             + self.costs.verify_s(round(state.verified), depth)
         )
         return LengthPlan(round(state.verified) - 1, max(1.0, tokens), seconds)
+
+    def _repriced(self, state: _Drafting) -> LengthPlan | None:
+        """A look at the machine's present pace: priced when the machine was idle, a look
+        taken while plain decoding runs on a busy one would promise steps at the idle
+        machine's speed, and win against plain decoding's steps timed now."""
+        look = state.look
+        if look is None:
+            return None
+        scale = self.costs.pace / state.look_pace
+        return LengthPlan(look.nodes, look.expected_tokens, look.predicted_s * scale)
+
+    def _set_look(self, state: _Drafting, plan: LengthPlan) -> None:
+        state.look, state.look_pace = plan, self.costs.pace
 
     # --- looks ---------------------------------------------------------------------------
 
@@ -216,15 +230,16 @@ class ExpectedRatePolicy:
         state = self._state(mode)
         state.look_s = draft_s if not state.look_s else _smooth(state.look_s, draft_s)
         plan = self._best_length(scores, draft_s + state.rest.seconds, depth, state.honesty)
-        old = state.look
-        state.look = (
+        old = self._repriced(state)
+        self._set_look(
+            state,
             plan
             if old is None
             else LengthPlan(
                 plan.nodes,
                 old.expected_tokens + SMOOTHING * 2 * (plan.expected_tokens - old.expected_tokens),
                 old.predicted_s + SMOOTHING * 2 * (plan.predicted_s - old.predicted_s),
-            )
+            ),
         )
         state.last_look = self._steps
         # Looks come less often only at a mode far behind plain decoding: one near it may be
@@ -263,7 +278,7 @@ class ExpectedRatePolicy:
         margin = 0.0 if best is Mode.AR else self.hysteresis
         if best != current and (here is None or _per_s(rates[best]) > _per_s(here) * (1 + margin)):
             if current is not Mode.AR and here is not None:  # leaving: its look is what it did
-                self._state(current).look = here
+                self._set_look(self._state(current), here)
             if best is not Mode.AR:  # joining: its own steps will say how it does now
                 self._join(best)
             return Choice(best, self._reason(best, rates[best], depth, current, here))

@@ -4,9 +4,21 @@
 Cost is a property of the machine, the model and the step's shape, not of the text, so it is
 measured once per machine and model — a short calibration at the first auto generation
 (forwards over 1–16 tokens at depth 0 and, where the context allows, 1024; a few seconds) —
-and cached on disk under a key of both. Every real step then refines it: a cell is the median
-of its last few measurements (the calibration counting as two), so a busy machine or a drifting
-estimate corrects itself within a few steps, and one slow step does not move it.
+and cached on disk under a key of both. Every real step then refines it, in two parts:
+
+- the machine's **pace**: how much slower than the table its forwards run right now, from the
+  last few steps' ratios whatever their shape (``pace``). A busy machine slows every forward alike,
+  so every cell follows it at once, not only the one that is being measured: with cells alone,
+  plain decoding's cost rose from 112 to 182 ms while auto decoded plainly on a busy machine
+  (Qwen, code at 1k), the drafting modes' cells stayed at their calibration, and auto went back
+  and forth to drafting modes priced as if the machine were idle (0.67x plain);
+- each cell's **shape**: the median of its last nine measurements, each divided by the pace of
+  its moment, the calibration counting as four: a cell that is wrong by itself (a slow moment
+  while calibrating) corrects itself within five of its steps, after the pace (three steps) has
+  taken what a busy machine does to all of them; an extrapolation to a new depth is replaced
+  by its first measurement; one slow step moves neither. Which part of a disagreement is the
+  machine's cannot always be told: two sizes measured in turn, one 30% cheaper than its cell,
+  move the pace ~14% (the cells nobody measured with it).
 Between measured cells the forward's cost is interpolated linearly in tokens and in depth
 (attention grows with depth; the weights' cost does not), beyond them extrapolated along the
 last two depths.
@@ -20,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import os
 import time
 from collections import deque
@@ -38,8 +51,10 @@ FORMAT = 1
 MAX_AGE_DAYS = 30
 TOKENS = (1, 2, 4, 8, 16)
 DEPTHS = (0, 1024)
-RECENT = 5  # measurements a cell keeps; its cost is their median
-CALIBRATED_WEIGHT = 2  # measurements a calibrated (or cached) cell's value counts as
+RECENT = 9  # measurements a cell keeps; its cost is their median
+PACE_WINDOW = 5  # steps the pace is made of
+PACE_PRIOR = 2  # steps at the table's own pace a new table starts from: one slow step is noise
+CALIBRATED_WEIGHT = 4  # measurements a calibrated (or cached) cell's value counts as
 NEW_DEPTH_MIN = 256  # depths closer than this (or NEW_DEPTH_SHARE of the depth) share cells
 NEW_DEPTH_SHARE = 0.25
 
@@ -56,15 +71,34 @@ class StepCosts:
     # Each cell's recent measurements (``observe_verify``); a cell without an entry holds
     # the calibration's value, one with an empty entry an extrapolation, to be replaced.
     _recent: dict[tuple[int, int], deque[float]] = field(default_factory=dict, repr=False)
+    # Recent steps' measured over tabled seconds (``pace``).
+    _pace: deque[float] = field(
+        default_factory=lambda: deque([1.0] * PACE_PRIOR, maxlen=PACE_WINDOW), repr=False
+    )
 
     def __post_init__(self) -> None:
         self.plain_depths |= {d for n, d in self.verify if n == 1}
+
+    @property
+    def pace(self) -> float:
+        """How many times the table's seconds the machine's forwards take right now: the
+        geometric mean of the recent ratios but the highest and the lowest. A median would
+        flip with every step while two sizes disagree (one of them to be corrected by its
+        cell), and a plain mean is pulled ~35% by one page fault."""
+        ratios = sorted(self._pace)
+        if len(ratios) > 2:
+            ratios = ratios[1:-1]
+        return math.exp(sum(math.log(r) for r in ratios) / len(ratios))
 
     def knows_plain_at(self, depth: int) -> bool:
         return any(_near(d, depth) for d in self.plain_depths)
 
     def verify_s(self, tokens: int, depth: int) -> float:
-        """The forward over ``tokens`` tokens at ``depth``, interpolated between cells."""
+        """The forward over ``tokens`` tokens at ``depth`` at the machine's present pace."""
+        return self._tabled_s(tokens, depth) * self.pace
+
+    def _tabled_s(self, tokens: int, depth: int) -> float:
+        """The table's value, interpolated between cells."""
         depths = sorted({d for _, d in self.verify})
         if len(depths) == 1 or depth <= depths[0]:
             return self._at_depth(tokens, depths[0])
@@ -88,8 +122,8 @@ class StepCosts:
         return b + max(0.0, b - a) * (tokens - n1) / (n1 - n0)
 
     def observe_verify(self, tokens: int, depth: int, seconds: float) -> None:
-        """A real forward: the nearest cell becomes the median of its recent measurements
-        (what this one implies for the cell's shape among them). A depth far from every
+        """A real forward: it moves the pace, and the nearest cell becomes the median of its
+        recent measurements at the pace of their moment. A depth far from every
         measured one (the calibration stops at 1k; replies go deeper) first gets cells of
         its own, from the extrapolation, so that it does not bend the cells it was
         extrapolated from; their first measurement replaces the extrapolation. (A moving
@@ -102,20 +136,22 @@ class StepCosts:
         if not any(_near(d, depth) for d in depths):
             column = round(depth / NEW_DEPTH_MIN) * NEW_DEPTH_MIN
             sizes = {n for n, _ in self.verify}
-            new = {(n, column): self.verify_s(n, column) for n in sizes}
+            new = {(n, column): self._tabled_s(n, column) for n in sizes}
             self.verify.update(new)
             self._recent.update({cell: deque(maxlen=RECENT) for cell in new})
-        predicted = self.verify_s(tokens, depth)
+        tabled = self._tabled_s(tokens, depth)
         cell = min(self.verify, key=lambda c: (abs(c[1] - depth), abs(c[0] - tokens)))
         if tokens == 1:
             self.plain_depths.add(cell[1])
-        ratio = seconds / predicted if predicted > 0 else 1.0
+        ratio = seconds / tabled if tabled > 0 else 1.0
+        if self._recent.get(cell, True):  # an extrapolation's error says nothing of the pace
+            self._pace.append(min(max(ratio, 1e-3), 1e3))
         recent = self._recent.setdefault(
             cell, deque([self.verify[cell]] * CALIBRATED_WEIGHT, maxlen=RECENT)
         )
         # The nearest cell only: moving its neighbours too compounded every misjudged size
         # into the others (measured: plain's cost at 4k drifted ~50% high while MTP ran).
-        recent.append(self.verify[cell] * ratio)
+        recent.append(self.verify[cell] * ratio / self.pace)
         self.verify[cell] = median(recent)
 
     def to_json(self) -> dict:

@@ -166,6 +166,21 @@ def test_a_drafting_mode_behind_plain_gives_way_without_a_margin():
     assert policy.choose(0, Mode.DFLASH2).mode is Mode.AR
 
 
+def test_a_look_taken_on_an_idle_machine_is_priced_at_the_present_pace():
+    costs = _costs(per_token_ms=10.0)  # plain: 30 ms a token, 2 tokens: 40 ms
+    policy = _policy(costs)
+    assert policy.choose(0, None).mode is Mode.AR
+    policy.observe_preview(Mode.DFLASH2, [0.5], 0.005, 0)  # 1.5 tokens in 45 ms: plain's rate
+    policy._state(Mode.DFLASH2).ran_this_reply = True  # its trial in this reply was used up
+    for _ in range(10):  # the machine gets busy: plain steps take twice the table
+        policy.observe(Mode.AR, 0, 1, 0.060)
+    assert costs.pace == pytest.approx(2.0)
+    # Priced as when it was taken, the look would be twice plain decoding's rate now.
+    assert policy.choose(0, Mode.AR).mode is Mode.AR
+    look = policy.rate(Mode.DFLASH2, 0, running=False)
+    assert look is not None and look.predicted_s == pytest.approx(0.090)
+
+
 def test_prompt_lookup_that_beats_plain_brings_the_next_look_forward():
     policy = _policy(_costs())  # plain: 30 ms a token
     policy.observe_preview(Mode.DFLASH2, [0.0], 0.010, 0)  # a third of a plain step
@@ -245,16 +260,17 @@ def _plans_after(policy: ExpectedRatePolicy, steps: int, accepted_share: float) 
     for _ in range(steps):
         plan = policy.plan_length("dflash2", scores, 0.01, 0)
         committed = 1 + round(accepted_share * plan.nodes)
-        stats = StepStats(Mode.DFLASH2, committed=committed, drafted=plan.nodes, verify_s=0.04)
-        policy.observe(Mode.DFLASH2, 0, committed, 0.05, stats)
+        verify_s = policy.costs.verify_s(plan.nodes + 1, 0)  # forwards as the table says
+        stats = StepStats(Mode.DFLASH2, committed=committed, drafted=plan.nodes, verify_s=verify_s)
+        policy.observe(Mode.DFLASH2, 0, committed, verify_s + 0.01, stats)
     return policy.plan_length("dflash2", scores, 0.01, 0).nodes
 
 
 def test_plans_lengthen_when_drafts_beat_their_scores_and_shorten_when_they_fall_short():
-    at_face_value = _plans_after(_policy(_costs(per_token_ms=2.0)), 0, 0.0)
+    at_face_value = _plans_after(_policy(_costs(per_token_ms=3.0)), 0, 0.0)
     assert 0 < at_face_value < 7
-    assert _plans_after(_policy(_costs(per_token_ms=2.0)), 8, 1.0) > at_face_value
-    assert _plans_after(_policy(_costs(per_token_ms=2.0)), 8, 0.0) < at_face_value
+    assert _plans_after(_policy(_costs(per_token_ms=3.0)), 8, 1.0) > at_face_value
+    assert _plans_after(_policy(_costs(per_token_ms=3.0)), 8, 0.0) < at_face_value
 
 
 def test_one_missed_draft_is_not_a_verdict_on_the_estimates_but_several_are():
