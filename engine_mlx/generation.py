@@ -192,8 +192,8 @@ class Generation:
         if other is None:
             return
         preview = self._strategy(other)
-        scores, seconds = preview.preview(root)  # type: ignore[attr-defined]
-        self.policy.observe_preview(other, scores, seconds, self.depth)  # type: ignore[union-attr]
+        scores, depths, seconds = preview.preview(root)  # type: ignore[attr-defined]
+        self.policy.observe_preview(other, scores, seconds, self.depth, depths)  # type: ignore[union-attr]
         self._previews[other] = len(self.tokens)
 
     def _step(self, strategy: Strategy, mode: Mode) -> tuple[Tokens, bool]:

@@ -36,9 +36,9 @@ class LengthPlan:
     predicted_s: float
 
 
-# (mode, node scores best-first, draft seconds, depth) -> the plan; the auto policy's
-# ``plan_length``.
-LengthPlanner = Callable[[str, Sequence[float], float, int], LengthPlan]
+# (mode, node scores best-first, draft seconds, context depth, the nodes' depths in the tree)
+# -> the plan; the auto policy's ``plan_length``.
+LengthPlanner = Callable[[str, Sequence[float], float, int, Sequence[int]], LengthPlan]
 
 
 @dataclass(frozen=True)
@@ -228,15 +228,16 @@ class Speculative:
     def peek_root(self) -> int:
         return self.release()
 
-    def preview(self, root: int) -> tuple[list[float], float]:
-        """Draft after ``root`` without verifying: the nodes' scores, best first, and the
-        seconds drafting took (the auto policy's look at a mode that is not running)."""
+    def preview(self, root: int) -> tuple[list[float], list[int], float]:
+        """Draft after ``root`` without verifying: the nodes' scores, best first, their depths
+        in the tree, and the seconds drafting took (the auto policy's look at a mode that is
+        not running)."""
         if self.drafter is not None:  # once per switch, not per draft: a look after 17 plain
             self.drafter.catch_up()  # steps took 50 ms where an MTP draft takes 10
         t0 = time.perf_counter()
         tree = self.propose(root, max_depth=self.block_size - 1)
         self._looked = tree
-        return tree.scores[1:], time.perf_counter() - t0
+        return tree.scores[1:], tree.depths[1:], time.perf_counter() - t0
 
     def lookup_scores(self, root: int) -> list[float]:
         """The scores of what prompt lookup alone proposes after ``root``, best first ([]
@@ -287,7 +288,7 @@ class Speculative:
         prefix = self.target.cache_length(self.cache)
         plan, proposed = None, tree
         if self.planner is not None:
-            plan = self.planner(self.name, tree.scores[1:], t1 - t0, prefix)
+            plan = self.planner(self.name, tree.scores[1:], t1 - t0, prefix, tree.depths[1:])
             tree = tree.truncated(plan.nodes)
         snap = self.target.snapshot(self.cache) if self.target.is_hybrid else None
         out = self.target.forward(

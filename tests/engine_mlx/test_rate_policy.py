@@ -273,6 +273,24 @@ def test_plans_lengthen_when_drafts_beat_their_scores_and_shorten_when_they_fall
     assert _plans_after(_policy(_costs(per_token_ms=3.0)), 8, 0.0) < at_face_value
 
 
+def test_honesty_never_expects_one_depth_to_commit_more_than_one_token():
+    first = [0.8, 0.7, 0.6, 0.5, 0.45, 0.4, 0.35]  # a width-2 tree: the first path...
+    second = [0.2, 0.18, 0.16, 0.14, 0.12, 0.1, 0.08]  # ...and what its siblings leave
+    nodes = sorted(
+        [(s, d) for d, s in enumerate(first, 1)] + [(s, d) for d, s in enumerate(second, 1)],
+        reverse=True,
+    )
+    scores, depths = [s for s, _ in nodes], [d for _, d in nodes]
+    plans = {}
+    for known in (True, False):
+        policy = _policy(_costs(per_token_ms=1.0))
+        state = policy._state(Mode.DFLASH2)
+        state.committed_extra, state.expected_extra = 100.0, 40.0  # drafts beat their scores
+        plans[known] = policy.plan_length("dflash2", scores, 0.01, 0, depths if known else None)
+    assert plans[True].expected_tokens <= 1 + len(first)  # one token a depth, and the bonus
+    assert plans[True].nodes <= len(first) < plans[False].nodes  # no node of the second path
+
+
 def test_one_missed_draft_is_not_a_verdict_on_the_estimates_but_several_are():
     policy = _policy(_costs())
     _run_dflash2(policy, 1, expected=2.2, committed=1)
