@@ -178,7 +178,9 @@ class Generation:
         yield self._finish(reason)
 
     def _look(self, strategy: Strategy, mode: Mode) -> None:
-        """Let the auto policy see what a mode that is not running would draft here."""
+        """Let the auto policy see what the modes would draft here: one that is not running
+        when its look is due, and at a new reply's first step each of them, the running one
+        too, until the policy has no look due."""
         due = getattr(self.policy, "preview_due", None)
         if due is None:
             return
@@ -188,13 +190,16 @@ class Generation:
             for m in getattr(self.policy, "modes", ())
             if m not in (Mode.AR, mode)
         }
-        other = due(self.depth, mode, {m: c for m, c in cues.items() if c})
-        if other is None:
-            return
-        preview = self._strategy(other)
-        scores, depths, seconds = preview.preview(root)  # type: ignore[attr-defined]
-        self.policy.observe_preview(other, scores, seconds, self.depth, depths)  # type: ignore[union-attr]
-        self._previews[other] = len(self.tokens)
+        looked: set[Mode] = set()
+        while (other := due(self.depth, mode, {m: c for m, c in cues.items() if c})) is not None:
+            if other in looked:
+                return
+            looked.add(other)
+            preview = self._strategy(other)
+            scores, depths, seconds = preview.preview(root)  # type: ignore[attr-defined]
+            self.policy.observe_preview(other, scores, seconds, self.depth, depths)  # type: ignore[union-attr]
+            if other != mode:  # the running mode's own step judges this very draft
+                self._previews[other] = len(self.tokens)
 
     def _step(self, strategy: Strategy, mode: Mode) -> tuple[Tokens, bool]:
         """One verification step's tokens, cut at EOS, the token budget and the context."""

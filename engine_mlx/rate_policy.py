@@ -18,9 +18,10 @@ and a step's own draft time is known once it has drafted. So:
   ``max_look_every``, across replies) while the mode is far behind plain decoding, and never
   so often that
   looks at a mode take more than ``LOOK_BUDGET`` of the time (a look at 4k tokens of context
-  costs more than one at 100); a new reply gets one look
-  at each mode at once, and a reply deeper than plain decoding was ever timed starts plain
-  until it has been (its cost there would otherwise be an extrapolation);
+  costs more than one at 100); a new reply looks at every drafting mode, the running one
+  too, before its first step (the last reply's looks and steps were on other text), and a
+  reply deeper than plain decoding was ever timed starts plain until it has been (its cost
+  there would otherwise be an extrapolation);
 - **mode** (``choose``, before drafting): plain decoding's rate is ``1 / forward(1)``; the
   running drafting mode's is the tokens its recent steps committed (at most
   ``TRUST_ABOVE_EXPECTED`` times what its plans expected: a lucky run is not a trend) over
@@ -95,7 +96,11 @@ class _Drafting:
     rest: _Timing = field(default_factory=_Timing)  # beside draft and forward: acceptance, ...
     look: LengthPlan | None = None  # what its latest looks promised (smoothed)
     look_pace: float = 1.0  # the machine's pace (``StepCosts.pace``) when ``look`` was priced
-    look_s: float = 0.0  # seconds one look takes (a draft: grows with the context)
+    # Seconds one look takes (a draft: grows with the context), the median of the last few:
+    # smoothed, a reply's first look at depth 47 (81 ms, the drafter's first draft) against
+    # 13 for the next ones stretched the looks' budget interval to 30 steps, and auto decoded
+    # a code reply in MTP for 16 steps where DFlash2 committed 4-7 tokens a step.
+    look_time: _Timing = field(default_factory=_Timing)
     # Drafted tokens committed and drafted tokens its plans expected, decayed sums over its
     # recent steps (``honesty``): the selector's estimates are calibrated per draft position,
     # not per text or depth, so a look is scaled by how honest they were when the mode ran.
@@ -107,6 +112,7 @@ class _Drafting:
     last_look: int = -(10**9)  # policy step of its last look or step
     look_every: int = 4
     ran_this_reply: bool = False
+    fresh_look_due: bool = False  # a new reply: look at it before its first step, running or not
     idle_steps_this_reply: int = 0  # its steps in this reply whose plans verified no draft
     steps_since_join: int = 0  # its steps that verified a draft since it was last chosen
 
@@ -130,6 +136,12 @@ class _Drafting:
         self.expected_extra *= NEW_REPLY_MEMORY
         self.ran_this_reply = False
         self.idle_steps_this_reply = 0
+        # What it committed on the last text is no rate for this one: until its first step
+        # here, a mode is rated by its look at this text (``fresh_look_due``). Nor does the
+        # reply's first mode settle: it was chosen on the last text's looks.
+        self.realised = self.expected = None
+        self.steps_since_join = SETTLE_STEPS
+        self.fresh_look_due = True
 
 
 @dataclass
@@ -211,12 +223,17 @@ class ExpectedRatePolicy:
             state = self._state(mode)
             cue = (cues or {}).get(mode)
             cued = cue and _per_s(
-                self._best_length(cue, state.look_s + state.rest.seconds, depth, state.honesty)
+                self._best_length(
+                    cue, state.look_time.seconds + state.rest.seconds, depth, state.honesty
+                )
             )
             if cued and cued > CUE_MARGIN * plain:
                 return CUED_LOOK_EVERY
-            return max(state.look_every, state.look_s / (LOOK_BUDGET * plain_s))
+            return max(state.look_every, state.look_time.seconds / (LOOK_BUDGET * plain_s))
 
+        fresh = [m for m in self.modes if m is not Mode.AR and self._state(m).fresh_look_due]
+        if fresh:
+            return fresh[0]
         due = [
             m
             for m in self.modes
@@ -233,10 +250,11 @@ class ExpectedRatePolicy:
         node_depths: Sequence[int] | None = None,
     ) -> None:
         state = self._state(mode)
-        state.look_s = draft_s if not state.look_s else _smooth(state.look_s, draft_s)
+        state.look_time.add(draft_s)
         fixed_s = draft_s + state.rest.seconds
         plan = self._best_length(scores, fixed_s, depth, state.honesty, node_depths)
-        old = self._repriced(state)
+        old = None if state.fresh_look_due else self._repriced(state)  # not the last text's
+        state.fresh_look_due = False
         self._set_look(
             state,
             plan
@@ -265,9 +283,7 @@ class ExpectedRatePolicy:
         if current is None:  # a new reply, new text: one look at each drafting mode at once
             for mode in self.modes:
                 if mode is not Mode.AR:
-                    state = self._state(mode)
-                    state.last_look = min(state.last_look, self._steps - state.look_every)
-                    state.new_reply()
+                    self._state(mode).new_reply()
         if current in (None, Mode.AR) and not self.costs.knows_plain_at(depth):
             # Deeper than plain decoding was ever timed: its cost here is a guess, so the
             # reply starts plain and stays until a plain step is timed; switches follow.

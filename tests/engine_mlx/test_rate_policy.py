@@ -10,6 +10,7 @@ from engine_mlx.config import GenerationConfig
 from engine_mlx.decoding.dflash_drafter import DFlashDrafter
 from engine_mlx.events import ModeSwitch, Tokens
 from engine_mlx.modes import Mode
+from engine_mlx.policy import Choice
 from engine_mlx.rate_policy import (
     CUED_LOOK_EVERY,
     IDLE_TRIAL_STEPS,
@@ -211,6 +212,29 @@ def test_an_over_promise_on_one_reply_counts_for_less_on_the_next():
     assert choice.mode is Mode.DFLASH2 and not choice.reason.startswith("trying")
 
 
+def test_a_new_reply_rates_the_modes_by_their_looks_at_its_own_text():
+    policy = _policy(_costs(per_token_ms=1.0), (Mode.AR, Mode.DFLASH2, Mode.MTP))
+    policy.observe_preview(Mode.DFLASH2, [0.95] * 6, 0.005, 0)
+    assert policy.choose(0, Mode.AR).mode is Mode.DFLASH2
+    _run_dflash2(policy, 8, expected=6.0, committed=7)  # the last reply: DFlash2 flew
+    assert policy.choose(0, None).mode is Mode.DFLASH2  # the new one starts where it left off
+    looked = []
+    while (due := policy.preview_due(0, Mode.DFLASH2)) is not None and due not in looked:
+        looked.append(due)  # every drafting mode, the running one too, before the first step
+        scores = [0.02] if due is Mode.DFLASH2 else [0.9]  # on this text, MTP drafts well
+        policy.observe_preview(due, scores, 0.003, 0)
+    assert sorted(looked) == sorted([Mode.DFLASH2, Mode.MTP])
+    assert policy.choose(0, Mode.DFLASH2).mode is Mode.MTP  # not the last reply's 7 tokens
+
+
+def test_one_slow_look_does_not_space_the_next_ones_out():
+    policy = _policy(_costs())  # plain: 30 ms a token
+    for seconds in (0.050, 0.001, 0.001):  # a drafter's first draft, then its usual one
+        policy.observe_preview(Mode.DFLASH2, [0.05], seconds, 0)
+    gaps = _look_gaps(policy, look_s=0.001)
+    assert max(gaps) == policy.look_every
+
+
 def _look_gaps(policy: ExpectedRatePolicy, look_s: float, score: float = 0.05) -> list[int]:
     gaps, last = [], None
     for step in range(300):
@@ -383,3 +407,34 @@ def test_a_whole_draft_is_judged_by_the_text_not_by_the_part_a_plan_verified(
     assert verified and verified[0] < 5  # the first plan verified part of the block
     assert judged and judged[0][1] == 5  # and the whole block passed
     assert session.policy(config)._state(Mode.DFLASH2).honesty > 1.5  # so plans grow bolder
+
+
+def test_a_new_reply_looks_at_the_running_mode_before_it_verifies_a_draft(tiny_target, monkeypatch):
+    target = tiny_target("llama")
+    ids = target.tokenizer.encode("Hello world, the quick brown fox")
+    session = Session(target, OracleDrafter(target, block_size=6))
+    config = GenerationConfig(max_tokens=24, mode="auto", ignore_eos=True, lookup=False)
+    seen: list[tuple[str, Mode]] = []
+    choose, look = ExpectedRatePolicy.choose, ExpectedRatePolicy.observe_preview
+    observe = ExpectedRatePolicy.observe
+
+    def start_in_dflash2(self, depth, current):  # as after a reply where it won
+        chosen = choose(self, depth, current)
+        return Choice(Mode.DFLASH2) if current is None else chosen
+
+    monkeypatch.setattr(ExpectedRatePolicy, "choose", start_in_dflash2)
+    monkeypatch.setattr(
+        ExpectedRatePolicy,
+        "observe_preview",
+        lambda self, mode, *a: seen.append(("look", mode)) or look(self, mode, *a),
+    )
+    monkeypatch.setattr(
+        ExpectedRatePolicy,
+        "observe",
+        lambda self, mode, *a, **k: seen.append(("step", mode)) or observe(self, mode, *a, **k),
+    )
+    events = list(session.generate(ids, config))
+    assert next(e for e in events if isinstance(e, Tokens)).step.mode is Mode.DFLASH2
+    assert seen[0] == ("look", Mode.DFLASH2)  # its first step is rated on this text
+    plain = list(Session(target).generate(ids, GenerationConfig(max_tokens=24, ignore_eos=True)))
+    assert events[-1].tokens == plain[-1].tokens
