@@ -91,7 +91,11 @@ class _Drafting:
 
     expected: float | None = None  # tokens per step its plans expected when it ran
     realised: float | None = None  # tokens per step it committed when it ran
-    verified: float = 1.0  # tokens per verify forward when it ran (root included)
+    # Tokens per verify forward when it ran (root included; None until its first plan since
+    # it was chosen), priced as such: rounded, MTP's 1.5 tokens a step (plans verifying its
+    # draft or declining it) were priced as one, then two, and its rate jumped by 20% from
+    # one step to the next.
+    verified: float | None = None
     draft: _Timing = field(default_factory=_Timing)  # seconds per proposal
     rest: _Timing = field(default_factory=_Timing)  # beside draft and forward: acceptance, ...
     look: LengthPlan | None = None  # what its latest looks promised (smoothed)
@@ -139,7 +143,7 @@ class _Drafting:
         # What it committed on the last text is no rate for this one: until its first step
         # here, a mode is rated by its look at this text (``fresh_look_due``). Nor does the
         # reply's first mode settle: it was chosen on the last text's looks.
-        self.realised = self.expected = None
+        self.realised = self.expected = self.verified = None
         self.steps_since_join = SETTLE_STEPS
         self.fresh_look_due = True
 
@@ -181,12 +185,9 @@ class ExpectedRatePolicy:
         tokens = state.realised
         if state.expected is not None:
             tokens = min(tokens, TRUST_ABOVE_EXPECTED * state.expected)
-        seconds = (
-            state.draft.seconds
-            + state.rest.seconds
-            + self.costs.verify_s(round(state.verified), depth)
-        )
-        return LengthPlan(round(state.verified) - 1, max(1.0, tokens), seconds)
+        verified = state.verified or 1.0
+        seconds = state.draft.seconds + state.rest.seconds + self.costs.verify_s(verified, depth)
+        return LengthPlan(round(verified) - 1, max(1.0, tokens), seconds)
 
     def _repriced(self, state: _Drafting) -> LengthPlan | None:
         """A look at the machine's present pace: priced when the machine was idle, a look
@@ -313,7 +314,7 @@ class ExpectedRatePolicy:
 
     def _join(self, mode: Mode) -> None:
         state = self._state(mode)
-        state.realised = state.expected = None
+        state.realised = state.expected = state.verified = None
         # Settling is for a mode's first run in a reply: rejoined, its steps here are known.
         state.steps_since_join = SETTLE_STEPS if state.ran_this_reply else 0
 
@@ -393,7 +394,7 @@ class ExpectedRatePolicy:
         state.raw_expected = 1.0 + sum(scores[: plan.nodes])
         prior = state.expected if state.expected is not None else plan.expected_tokens
         state.expected = _smooth(prior, plan.expected_tokens)
-        state.verified = _smooth(state.verified, plan.nodes + 1.0)
+        state.verified = _smooth(state.verified, plan.nodes + 1.0)  # the first: as planned
         return plan
 
     def _best_length(

@@ -93,11 +93,12 @@ class StepCosts:
     def knows_plain_at(self, depth: int) -> bool:
         return any(_near(d, depth) for d in self.plain_depths)
 
-    def verify_s(self, tokens: int, depth: int) -> float:
-        """The forward over ``tokens`` tokens at ``depth`` at the machine's present pace."""
+    def verify_s(self, tokens: float, depth: int) -> float:
+        """The forward over ``tokens`` tokens at ``depth`` at the machine's present pace (a
+        fractional count: the mean cost of steps of the sizes either side)."""
         return self._tabled_s(tokens, depth) * self.pace
 
-    def _tabled_s(self, tokens: int, depth: int) -> float:
+    def _tabled_s(self, tokens: float, depth: int) -> float:
         """The table's value, interpolated between cells."""
         depths = sorted({d for _, d in self.verify})
         if len(depths) == 1 or depth <= depths[0]:
@@ -109,7 +110,7 @@ class StepCosts:
         low, high = self._at_depth(tokens, d0), self._at_depth(tokens, d1)
         return high + max(0.0, high - low) * (depth - d1) / (d1 - d0)
 
-    def _at_depth(self, tokens: int, depth: int) -> float:
+    def _at_depth(self, tokens: float, depth: int) -> float:
         sizes = sorted(n for n, d in self.verify if d == depth)
         if tokens <= sizes[0]:
             return self.verify[(sizes[0], depth)]

@@ -342,6 +342,21 @@ def test_one_slow_step_does_not_drive_a_winning_mode_away():
         assert policy.choose(0, Mode.MTP).mode is Mode.MTP
 
 
+def test_a_mode_whose_plans_verify_its_draft_every_other_step_is_priced_in_between():
+    policy = _policy(_costs(per_token_ms=10.0), (Mode.AR, Mode.MTP))  # 30 ms, 40 for two
+    policy.observe_preview(Mode.MTP, [0.9], 0.003, 0)
+    assert policy.choose(0, Mode.AR).mode is Mode.MTP
+    for k in range(12):
+        plan = policy.plan_length("mtp", [0.9] if k % 2 else [0.05], 0.003, 0)
+        assert plan.nodes == k % 2
+        stats = StepStats(
+            Mode.MTP, committed=1 + k % 2, drafted=k % 2, draft_s=0.003, verify_s=0.03 + k % 2 / 100
+        )
+        policy.observe(Mode.MTP, 0, 1 + k % 2, stats.verify_s + 0.003, stats)
+    forward_s = policy.rate(Mode.MTP, 0, running=True).predicted_s - 0.003
+    assert 0.033 < forward_s < 0.037  # neither one token's forward nor two's
+
+
 def test_a_forced_mode_overrides_and_takes_no_looks():
     policy = _policy(_costs())
     policy.forced = Mode.DFLASH2
