@@ -87,8 +87,8 @@ class Generation:
         self.depth = len(prompt)
         self._previews: dict[Mode, int] = {}  # mode -> len(tokens) at its pending look
         # Whole drafts whose worth the text has not decided yet: (mode, draft, len(tokens)
-        # at its root).
-        self._drafts: list[tuple[Mode, CandidateTree, int]] = []
+        # at its root, nodes its step verified).
+        self._drafts: list[tuple[Mode, CandidateTree, int, int]] = []
 
     def events(self) -> Iterator[Event]:
         prompt = self.prompt
@@ -219,7 +219,8 @@ class Generation:
                 **({"replayed": True} if replayed else {}),
             )
         if replayed:
-            self._drafts.append((mode, outcome.proposed, len(self.tokens)))  # type: ignore[arg-type]
+            verified = outcome.stats.drafted + 1
+            self._drafts.append((mode, outcome.proposed, len(self.tokens), verified))  # type: ignore[arg-type]
         new = outcome.tokens[:limit]
         self.sampler.remember(new)
         if self.lookup is not None:
@@ -257,20 +258,22 @@ class Generation:
         return event, hit_eos is not None
 
     def _judge_drafts(self) -> None:
-        """Tell the policy what each whole draft would have committed, once the text after
-        its root decides it. A plan that verified 4 of 8 nodes commits at most 5 tokens, so
+        """Tell the policy what each whole draft would have committed, and the selector's
+        calibration how the nodes its plan cut would have fared, once the text after its
+        root decides it. A plan that verified 4 of 8 nodes commits at most 5 tokens, so
         its own step cannot say whether the other 4 were worth verifying. (Traced on Qwen's
         code rewrite, where plans verified 3 nodes and committed ~3 while a fixed 8-token
         draft commits 4.6: judged whole, the estimates' honesty rose to 1.7-2.5 within 8
         steps; what still held the plans at 3 nodes was the cost table, ``step_costs.
         consistent``.)"""
         pending = []
-        for mode, draft, start in self._drafts:
+        for mode, draft, start, verified in self._drafts:
             walked = replay(draft, self.tokens[start:])
             if walked is None:
-                pending.append((mode, draft, start))
+                pending.append((mode, draft, start, verified))
             else:
                 self.policy.observe_drafts(mode, sum(draft.scores[1:]), walked.accepted)  # type: ignore[union-attr]
+                self.strategies[mode].calibrator.observe_unverified(draft, walked, verified)  # type: ignore[attr-defined]
         self._drafts = pending
 
     def _stop_reason(self, hit_eos: bool) -> str:

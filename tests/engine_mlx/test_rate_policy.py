@@ -8,6 +8,7 @@ import pytest
 
 from engine_mlx.config import GenerationConfig
 from engine_mlx.decoding.dflash_drafter import DFlashDrafter
+from engine_mlx.decoding.selector import AcceptanceCalibrator
 from engine_mlx.events import ModeSwitch, Tokens
 from engine_mlx.modes import Mode
 from engine_mlx.policy import Choice
@@ -417,10 +418,18 @@ def test_a_whole_draft_is_judged_by_the_text_not_by_the_part_a_plan_verified(
             judged.append((expected, accepted)) or observe(self, mode, expected, accepted)
         ),
     )
+    cut: list[int] = []  # nodes of each judged draft that its plan did not verify
+    unverified = AcceptanceCalibrator.observe_unverified
+    monkeypatch.setattr(
+        AcceptanceCalibrator,
+        "observe_unverified",
+        lambda self, draft, walk, n: cut.append(len(draft) - n) or unverified(self, draft, walk, n),
+    )
     events = list(session.generate(ids, config))
     verified = [e.step.drafted for e in events if isinstance(e, Tokens) and e.step.drafted]
     assert verified and verified[0] < 5  # the first plan verified part of the block
     assert judged and judged[0][1] == 5  # and the whole block passed
+    assert cut and cut[0] > 0  # the selector's calibration saw the part it cut
     assert session.policy(config)._state(Mode.DFLASH2).honesty > 1.5  # so plans grow bolder
 
 

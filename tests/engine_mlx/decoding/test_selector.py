@@ -1,11 +1,12 @@
-"""The acceptance calibrator: estimates from what the target accepted, weighted toward the
-latest text; the tree builder: siblings' estimates are exclusive."""
+"""The acceptance calibrator: estimates from what the target accepted (verified, or judged by
+the text once written), weighted toward the latest text; the tree builder: siblings'
+estimates are exclusive."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from engine_mlx.decoding.acceptance import Acceptance
+from engine_mlx.decoding.acceptance import Acceptance, replay
 from engine_mlx.decoding.selector import AcceptanceCalibrator, BlockCandidates, build_tree
 from engine_mlx.decoding.tree import CandidateTree
 
@@ -72,6 +73,22 @@ def test_only_the_node_where_the_walk_stopped_gets_evidence_for_free():
     blind = AcceptanceCalibrator()
     assert calibrator.estimate("dflash2", 2, 0.3) > blind.estimate("dflash2", 2, 0.3)
     assert calibrator.estimate("dflash2", 1, 0.05) == blind.estimate("dflash2", 1, 0.05)
+
+
+def test_the_nodes_a_plan_cut_are_judged_once_the_text_is_written():
+    proposed, node = CandidateTree.rooted(0), 0
+    for depth in range(1, 6):  # a chain of 5 at 0.3 each; the text follows all of it
+        node = proposed.add(node, 10 + depth, 0.3, "dflash2", score=0.3**depth)
+    verified = proposed.truncated(2)
+    calibrator, blind = AcceptanceCalibrator(), AcceptanceCalibrator()
+    calibrator.observe(verified, Acceptance(path=[1, 2], tokens=[11, 12, 13], tested=2), proposed)
+    at_the_step = calibrator.estimate("dflash2", 3, 0.3)  # the cut child where the walk stopped
+    walk = replay(proposed, [11, 12, 13, 14, 15, 99])
+    assert walk is not None and walk.path == [1, 2, 3, 4, 5]
+    calibrator.observe_unverified(proposed, walk, verified=len(verified))
+    for depth in (4, 5):  # never verified, now judged
+        assert calibrator.estimate("dflash2", depth, 0.3) > blind.estimate("dflash2", depth, 0.3)
+    assert calibrator.estimate("dflash2", 3, 0.3) == at_the_step  # not counted twice
 
 
 def test_siblings_together_are_never_expected_to_be_accepted_more_than_once():
