@@ -75,17 +75,20 @@ class MTPDrafter:
             self.vocab.add(ids)
 
     def catch_up(self) -> None:
-        """The tokens fed while another mode decoded, through the head in one pass."""
-        if not self._deferred:
-            return
-        ids = [t for chunk, _ in self._deferred for t in chunk]
-        features = [
-            mx.concatenate(parts, axis=1)
-            for parts in zip(*(f for _, f in self._deferred), strict=True)
-        ]
-        self._deferred = []
-        self._append(ids, features)
-        mx.eval(self._cache.state, self._pending)
+        """The tokens fed while another mode decoded, through the head in one pass, and the
+        head's context evaluated: built lazily from the prompt's chunks, it made a reply's
+        first MTP draft at 4k of context take 190 ms where a draft takes 12 (auto priced
+        its look at MTP by that, and decoded plainly where fixed MTP ran 1.14-1.44x)."""
+        if self._deferred:
+            ids = [t for chunk, _ in self._deferred for t in chunk]
+            features = [
+                mx.concatenate(parts, axis=1)
+                for parts in zip(*(f for _, f in self._deferred), strict=True)
+            ]
+            self._deferred = []
+            self._append(ids, features)
+        if self._pending is not None:
+            mx.eval(self._cache.state if self._cache.offset else [], self._pending)
 
     def _append(self, ids: list[int], features: list[mx.array]) -> None:
         h = self._state(features)
