@@ -1,16 +1,19 @@
 """Timing the target's forward: what one forward over n tokens costs at a given depth.
 
 Used by the step-cost calibration (``step_costs``) and the benchmarks alike, so both measure
-the same way: the prompt prefilled in the engine's chunks, one untimed forward per shape to
-warm it up, the cache put back after every timed one.
+the same way: a context (the prompt prefilled in the engine's chunks, or for the calibration
+a synthetic one of the same depth), one untimed forward per shape to warm it up, the cache
+put back after every timed one.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
+from typing import Any
 
 import mlx.core as mx
+from mlx_lm.models.cache import ArraysCache, KVCache
 
 from engine_mlx.models.target import TargetModel
 
@@ -47,13 +50,53 @@ def prefill_cost(target: TargetModel, prompt: list[int], repeats: int = 3) -> fl
 def verify_costs(
     target: TargetModel, prompt: list[int], sizes: list[int], repeats: int = 3
 ) -> dict[int, float]:
-    """ms of one target forward over ``n`` new tokens (a tree of n nodes) after ``prompt``:
-    the median of ``repeats`` timed forwards after one untimed one, the cache put back after
-    each (trimmed, or restored from a snapshot where it cannot be trimmed: hybrid targets)."""
+    """ms of one target forward over ``n`` new tokens (a tree of n nodes) after ``prompt``
+    (``time_forwards``)."""
     cache = target.make_cache()
     for start in range(0, len(prompt), PREFILL_CHUNK):
         chunk = mx.array(prompt[start : start + PREFILL_CHUNK])
         mx.eval(target.forward(chunk, cache, last_only=True).logits)
+    return time_forwards(target, cache, sizes, repeats)
+
+
+def synthetic_context(target: TargetModel, depth: int) -> list[Any]:
+    """A cache ``depth`` tokens deep whose attention keys and values are random: what a
+    forward costs depends on how deep its context is, not on what it says, and prefilling
+    4,096 tokens takes the Qwen demo ~20 s on a 2-core CPU where this takes milliseconds.
+    A few real tokens go first, so recurrent layers hold real state; a cache of another
+    kind (one that cannot be extended this way) is prefilled for real."""
+    head = depth_prompt(target, min(depth, 4))
+    cache = target.make_cache()
+    if head:
+        mx.eval(target.forward(mx.array(head), cache, last_only=True).logits)
+    rest = depth - len(head)
+    if rest <= 0:
+        return cache
+    if not all(type(c) in (KVCache, ArraysCache) for c in cache):
+        cache = target.make_cache()
+        prompt = depth_prompt(target, depth)
+        for start in range(0, len(prompt), PREFILL_CHUNK):
+            chunk = mx.array(prompt[start : start + PREFILL_CHUNK])
+            mx.eval(target.forward(chunk, cache, last_only=True).logits)
+        return cache
+    key = mx.random.key(depth)
+    for c in cache:
+        if isinstance(c, KVCache):
+            heads, dim = c.keys.shape[1], c.keys.shape[3]
+            k1, k2, key = mx.random.split(key, 3)
+            shape = (1, heads, rest, dim)
+            keys = mx.random.normal(shape, dtype=c.keys.dtype, key=k1)
+            values = mx.random.normal(shape, dtype=c.values.dtype, key=k2)
+            mx.eval(c.update_and_fetch(keys, values))
+    return cache
+
+
+def time_forwards(
+    target: TargetModel, cache: list[Any], sizes: list[int], repeats: int = 3
+) -> dict[int, float]:
+    """ms of one target forward over ``n`` new tokens after ``cache``'s context: the median
+    of ``repeats`` timed forwards after one untimed one, the cache put back after each
+    (trimmed, or restored from a snapshot where it cannot be trimmed: hybrid targets)."""
     depth = target.cache_length(cache)
     out = {}
     for n in sizes:

@@ -3,7 +3,8 @@
 
 Cost is a property of the machine, the model and the step's shape, not of the text, so it is
 measured once per machine and model — a short calibration at the first auto generation
-(forwards over 1–16 tokens at depth 0 and, where the context allows, 1024; a few seconds) —
+(forwards over 1–16 tokens at depth 0 and, where the context allows, 1024 and 4096, each after
+a synthetic context of that depth; a few seconds) —
 and cached on disk under a key of both. Every real step then refines it, in two parts:
 
 - the machine's **pace**: how much slower than the table its forwards run right now, from the
@@ -43,14 +44,17 @@ from statistics import median
 
 from engine_mlx.blas import status as blas_status
 from engine_mlx.cpu.machine import cores, cpu_signature
-from engine_mlx.forward_timing import depth_prompt, verify_costs
+from engine_mlx.forward_timing import synthetic_context, time_forwards
 from engine_mlx.models.target import TargetModel
 from engine_mlx.paths import cache_dir
 
-FORMAT = 1
+FORMAT = 2  # 2: calibrated at 4k as well
 MAX_AGE_DAYS = 30
 TOKENS = (1, 2, 4, 8, 16)
-DEPTHS = (0, 1024)
+# Replies go deeper than 1k: extrapolated from 0 and 1k, a two-token forward (MTP's) at 4k
+# was priced at 228-245 ms where it took ~157 (Qwen), and plans that declined the draft never
+# measured it. Measured at 4k too, deeper cells are interpolated, or extrapolated from 1k-4k.
+DEPTHS = (0, 1024, 4096)
 RECENT = 9  # measurements a cell keeps; its cost is their median
 PACE_WINDOW = 5  # steps the pace is made of
 PACE_PRIOR = 2  # steps at the table's own pace a new table starts from: one slow step is noise
@@ -234,13 +238,14 @@ def load_or_calibrate(target: TargetModel, log=None) -> StepCosts:
 
 
 def calibrate(target: TargetModel, repeats: int = 3) -> StepCosts:
-    """Forwards over ``TOKENS`` tokens at ``DEPTHS`` (those that fit the context), made
+    """Forwards over ``TOKENS`` tokens at ``DEPTHS`` (those that fit the context), each
+    after a synthetic context of that depth (``synthetic_context``: no prefill), made
     consistent (``consistent``)."""
     verify: dict[tuple[int, int], float] = {}
     for depth in DEPTHS:
         if depth + max(TOKENS) >= target.spec.max_context:
             continue
-        ms = verify_costs(target, depth_prompt(target, depth), list(TOKENS), repeats)
+        ms = time_forwards(target, synthetic_context(target, depth), list(TOKENS), repeats)
         verify.update({(n, depth): v / 1000 for n, v in ms.items()})
     return StepCosts(consistent(verify))
 
