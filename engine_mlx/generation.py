@@ -164,6 +164,12 @@ class Generation:
             if self.policy is not None and self.tokens:  # the first step is the prefill's token
                 self._look(strategy, mode)
                 choice = self.policy.choose(self.depth, mode)
+                if choice.mode != mode and getattr(strategy, "queued_ahead", False):
+                    event, hit_eos = self._step(strategy, mode, hand_over=True)
+                    yield event
+                    reason = self._stop_reason(hit_eos)
+                    if reason:
+                        break
                 if choice.mode != mode:
                     root = strategy.release()
                     strategy = self._strategy(Mode(choice.mode))
@@ -201,15 +207,20 @@ class Generation:
             if other != mode:  # the running mode's own step judges this very draft
                 self._previews[other] = len(self.tokens)
 
-    def _step(self, strategy: Strategy, mode: Mode) -> tuple[Tokens, bool]:
-        """One verification step's tokens, cut at EOS, the token budget and the context."""
+    def _step(self, strategy: Strategy, mode: Mode, hand_over: bool = False) -> tuple[Tokens, bool]:
+        """One verification step's tokens, cut at EOS, the token budget and the context.
+
+        ``hand_over``: plain decoding's last step before a switch, which commits the token of
+        the forward it queued ahead instead of discarding it. That forward was timed in the
+        step before, so this one is not shown to the policy (it would price a plain forward
+        at ~0 ms)."""
         limit = min(self.config.max_tokens - len(self.tokens), self.max_context - self.depth)
         t_step = time.perf_counter()
-        outcome = strategy.step(limit)
+        outcome = strategy.step(limit, **({"queue_next": False} if hand_over else {}))
         step_stats = replace(outcome.stats, seconds=time.perf_counter() - t_step)
         # Only the expected-rate policy plans lengths, so only its steps carry a proposal.
         replayed = outcome.proposed is not None
-        if self.policy is not None and self.tokens:
+        if self.policy is not None and self.tokens and not hand_over:
             self.policy.observe(
                 mode,
                 self.depth,

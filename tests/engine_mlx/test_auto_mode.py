@@ -7,6 +7,7 @@ import pytest
 
 from engine_mlx.config import GenerationConfig
 from engine_mlx.decoding.dflash_drafter import DFlashDrafter
+from engine_mlx.decoding.strategies import Autoregressive
 from engine_mlx.events import Finished, ModeSwitch, Tokens
 from engine_mlx.session import Session
 from tests.support.drafters import random_dflash
@@ -79,3 +80,31 @@ def test_forced_mode_and_unavailable_modes(tiny_target):
     events = list(session.generate(ids, config))
     assert {e.step.mode for e in events if isinstance(e, Tokens)} == {"lookup"}
     assert events[-1].tokens == _plain(target, ids, 20)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3_5"])
+def test_plain_decoding_hands_over_without_discarding_its_queued_forward(
+    arch, tiny_target, monkeypatch
+):
+    """Plain decoding queues each next forward ahead; a switch first commits that forward's
+    token, so no forward is computed and thrown away, and the output stays plain's."""
+    target = tiny_target(arch)
+    ids = target.tokenizer.encode(PROMPT)
+    session = Session(target, DFlashDrafter(random_dflash(target), target))
+    config = GenerationConfig(max_tokens=60, mode="auto", ignore_eos=True, width=2, policy="cost")
+    policy = session.policy(config)
+    policy.probe_interval, policy.probe_steps, policy.stale_after = 5, 3, 6  # switch a lot
+    queued_at_release: list[bool] = []
+    release = Autoregressive.release
+
+    def spy(self):
+        queued_at_release.append(self.queued_ahead)
+        return release(self)
+
+    monkeypatch.setattr(Autoregressive, "release", spy)
+    events = list(session.generate(ids, config))
+    assert queued_at_release and not any(queued_at_release)
+    switches = [e for e in events if isinstance(e, ModeSwitch)]
+    assert ("ar", "dflash2") in {(s.from_mode, s.to_mode) for s in switches}
+    assert events[-1].tokens == _plain(target, ids, 60)
+    assert sum(len(e.token_ids) for e in events if isinstance(e, Tokens)) == 60
