@@ -37,14 +37,20 @@ def prefill_cost(target: TargetModel, prompt: list[int], repeats: int = 3) -> fl
     ``repeats`` after one untimed run."""
     times = []
     for attempt in range(repeats + 1):
-        cache = target.make_cache()
         t0 = time.perf_counter()
-        for start in range(0, len(prompt), PREFILL_CHUNK):
-            chunk = mx.array(prompt[start : start + PREFILL_CHUNK])
-            mx.eval(target.forward(chunk, cache, last_only=True).logits)
+        prefilled(target, prompt)
         if attempt:
             times.append(time.perf_counter() - t0)
     return 1000 * statistics.median(times)
+
+
+def prefilled(target: TargetModel, prompt: list[int]) -> list[Any]:
+    """A new cache holding ``prompt``, prefilled in the engine's chunks (evaluated)."""
+    cache = target.make_cache()
+    for start in range(0, len(prompt), PREFILL_CHUNK):
+        chunk = mx.array(prompt[start : start + PREFILL_CHUNK])
+        mx.eval(target.forward(chunk, cache, last_only=True).logits)
+    return cache
 
 
 def verify_costs(
@@ -52,17 +58,13 @@ def verify_costs(
 ) -> dict[int, float]:
     """ms of one target forward over ``n`` new tokens (a tree of n nodes) after ``prompt``
     (``time_forwards``)."""
-    cache = target.make_cache()
-    for start in range(0, len(prompt), PREFILL_CHUNK):
-        chunk = mx.array(prompt[start : start + PREFILL_CHUNK])
-        mx.eval(target.forward(chunk, cache, last_only=True).logits)
-    return time_forwards(target, cache, sizes, repeats)
+    return time_forwards(target, prefilled(target, prompt), sizes, repeats)
 
 
 def synthetic_context(target: TargetModel, depth: int) -> list[Any]:
     """A cache ``depth`` tokens deep whose attention keys and values are random: what a
     forward costs depends on how deep its context is, not on what it says, and prefilling
-    4,096 tokens takes the Qwen demo ~20 s on a 2-core CPU where this takes milliseconds.
+    4,096 tokens takes the Qwen demo ~48 s on a 2-core CPU where this takes milliseconds.
     A few real tokens go first, so recurrent layers hold real state; a cache of another
     kind (one that cannot be extended this way) is prefilled for real."""
     head = depth_prompt(target, min(depth, 4))
@@ -73,12 +75,7 @@ def synthetic_context(target: TargetModel, depth: int) -> list[Any]:
     if rest <= 0:
         return cache
     if not all(type(c) in (KVCache, ArraysCache) for c in cache):
-        cache = target.make_cache()
-        prompt = depth_prompt(target, depth)
-        for start in range(0, len(prompt), PREFILL_CHUNK):
-            chunk = mx.array(prompt[start : start + PREFILL_CHUNK])
-            mx.eval(target.forward(chunk, cache, last_only=True).logits)
-        return cache
+        return prefilled(target, depth_prompt(target, depth))
     key = mx.random.key(depth)
     for c in cache:
         if isinstance(c, KVCache):
