@@ -28,8 +28,9 @@ and a step's own draft time is known once it has drafted. So:
   their cost; a mode not running is rated by its recent looks. The best rate wins, with a
   margin against flapping;
 - **a trial** (``_worth_a_trial``): a look is a forecast from estimates made on other text,
-  so a mode whose look comes within ``TRIAL_WITHIN`` of the best rate runs once per reply
-  until its own steps say what it does here (a few steps, at worst a little slower).
+  so a mode whose look comes within ``TRIAL_WITHIN`` of the best rate, and would beat it were
+  its drafted tokens ``TRIAL_UPSIDE`` times what the look expects, runs once per reply until
+  its own steps say what it does here (a few steps, at worst a little slower).
 
 The first step after a switch is not timed (the drafter catching up, the plain pipeline
 refilling): it would make every newly chosen mode look slower than it is. A forced mode
@@ -55,6 +56,7 @@ TRUST_ABOVE_EXPECTED = 2.0  # realised tokens count up to this multiple of the p
 LOOK_BUDGET = 0.02  # looks at one mode take at most this share of plain decoding's time
 HONESTY_PRIOR = 3.0  # drafted tokens of evidence at face value every honesty estimate starts from
 TRIAL_WITHIN = 0.75  # a mode whose look comes this close to the best rate is tried once a reply
+TRIAL_UPSIDE = 2.0  # ...if it would win with this many times the drafted tokens its look expects
 NEW_REPLY_MEMORY = 0.5  # share of a mode's honesty evidence that a new reply keeps
 PLAN_HONESTY = (0.5, 2.0)  # the running mode's plans scale its scores by honesty, within this
 RECENT_TIMINGS = 7  # a mode's draft and overhead times are the median of this many steps
@@ -267,11 +269,17 @@ class ExpectedRatePolicy:
             ),
         )
         state.last_look = self._steps
-        # Looks come less often only at a mode far behind plain decoding: one near it may be
-        # a few looks from winning (its look is one draft's scores), and missing that costs
-        # more than looking (``LOOK_BUDGET`` bounds the looks' time either way).
-        plain = self.rate(Mode.AR, depth, True)
-        losing = _per_s(state.look) < TRIAL_WITHIN * _per_s(plain)
+        # Looks come less often only at a mode far behind both plain decoding and the mode
+        # running: one near them may be a few looks from winning (its look is one draft's
+        # scores), and missing that costs more than looking (``LOOK_BUDGET`` bounds the
+        # looks' time either way). Measured against plain decoding alone, DFlash2's looks
+        # while MTP ran at 1.4x plain came at the budget's pace, ~35 ms every 8 steps (Qwen,
+        # math at 1k-4k: 3-5% of the reply).
+        bar = _per_s(self.rate(Mode.AR, depth, True))
+        running = self._previous
+        if running not in (None, Mode.AR, mode) and (ran := self.rate(running, depth, True)):
+            bar = max(bar, _per_s(ran))
+        losing = _per_s(state.look) < TRIAL_WITHIN * bar
         state.look_every = (
             min(self.max_look_every, 2 * state.look_every) if losing else self.look_every
         )
@@ -337,15 +345,20 @@ class ExpectedRatePolicy:
         estimates made on other text (a code rewrite that prompt lookup decodes at 2.6x looked
         like 1.8 tokens per step), and only the mode's own steps can correct it. One trial per
         reply and mode, and none away from a drafting mode that is running: it has its own
-        steps to go by."""
-        bar = TRIAL_WITHIN * _per_s(rates[best])
+        steps to go by. Nor one that could not win even were its look ``TRIAL_UPSIDE`` times
+        too modest (the most ``PLAN_HONESTY`` lets the plans believe): at 8k of context a
+        look at DFlash2 expecting 1.3 tokens a step at 240 ms came within ``TRIAL_WITHIN`` of
+        plain decoding's 7.7 tok/s, and its trial, ~200 ms a token, then the way back, cost
+        ~7% of the reply (Qwen, code and prose at 8k)."""
+        best_rate = _per_s(rates[best])
         open_ = [
             m
             for m, r in rates.items()
             if m is not Mode.AR
             and not self._state(m).ran_this_reply
             and self._state(m).look is not None
-            and _per_s(r) >= bar
+            and _per_s(r) >= TRIAL_WITHIN * best_rate
+            and _per_s(_upside(r)) > best_rate
         ]
         if not open_:
             return None
@@ -479,6 +492,12 @@ class ExpectedRatePolicy:
         keep = 1.0 - SMOOTHING
         state.committed_extra = keep * state.committed_extra + accepted
         state.expected_extra = keep * state.expected_extra + expected
+
+
+def _upside(plan: LengthPlan) -> LengthPlan:
+    """The plan were its drafted tokens ``TRIAL_UPSIDE`` times what it expects."""
+    extra = TRIAL_UPSIDE * (plan.expected_tokens - 1.0)
+    return LengthPlan(plan.nodes, 1.0 + extra, plan.predicted_s)
 
 
 def _per_s(plan: LengthPlan) -> float:

@@ -202,6 +202,20 @@ def test_a_mode_far_behind_plain_is_not_tried():
     assert policy.choose(0, Mode.AR).mode is Mode.AR
 
 
+def test_a_trial_needs_a_look_that_would_win_were_its_drafts_underestimated():
+    def after_a_look(score: float) -> Choice:
+        policy = _policy(_costs(per_token_ms=1.0))  # plain: 30 ms a token, 2 tokens: 31 ms
+        policy.choose(0, None)
+        policy.observe(Mode.AR, 0, 1, 0.03)
+        policy.observe_preview(Mode.DFLASH2, [score], 0.009, 0)
+        return policy.choose(0, Mode.AR)
+
+    # 1.1 tokens in 40 ms: within reach of plain's rate (0.83x), but even twice its drafted
+    # tokens (1.2 in 40 ms) would not beat plain decoding.
+    assert after_a_look(0.1).mode is Mode.AR
+    assert after_a_look(0.2).reason.startswith("trying DFlash2")  # twice: 1.4 in 40 ms
+
+
 def test_an_over_promise_on_one_reply_counts_for_less_on_the_next():
     policy = _policy(_costs(per_token_ms=1.0))
     policy.choose(0, None)
@@ -253,6 +267,23 @@ def test_a_mode_far_behind_plain_is_looked_at_less_and_less_often():
     policy = _policy(_costs())
     gaps = _look_gaps(policy, look_s=0.012, score=0.0)  # 1 token in 43 ms: 0.7x plain
     assert gaps == sorted(gaps) and gaps[-1] == policy.max_look_every and gaps[0] < gaps[-1]
+
+
+def test_a_mode_far_behind_the_running_mode_is_looked_at_less_often():
+    policy = _policy(_costs(), (Mode.AR, Mode.DFLASH2, Mode.MTP))  # plain: 30 ms a token
+    policy.observe_preview(Mode.MTP, [0.9], 0.002, 0)
+    assert policy.choose(0, Mode.AR).mode is Mode.MTP
+    gaps, last = [], None
+    mtp = StepStats(Mode.MTP, committed=2, drafted=1, draft_s=0.002, verify_s=0.031)
+    for step in range(300):  # MTP commits 2 tokens a step: ~1.8x plain decoding
+        if policy.preview_due(0, Mode.MTP) is Mode.DFLASH2:
+            policy.observe_preview(Mode.DFLASH2, [0.05], 0.001, 0)  # 1.02x plain
+            if last is not None:
+                gaps.append(step - last)
+            last = step
+        policy.plan_length("mtp", [0.9], 0.002, 0)
+        policy.observe(Mode.MTP, 0, 2, 0.033, mtp)
+    assert gaps == sorted(gaps) and gaps[-1] == policy.max_look_every
 
 
 def test_a_mode_near_plain_keeps_being_looked_at():
