@@ -56,9 +56,11 @@ TRUST_ABOVE_EXPECTED = 2.0  # realised tokens count up to this multiple of the p
 LOOK_BUDGET = 0.02  # looks at one mode take at most this share of plain decoding's time
 HONESTY_PRIOR = 3.0  # drafted tokens of evidence at face value every honesty estimate starts from
 TRIAL_WITHIN = 0.75  # a mode whose look comes this close to the best rate is tried once a reply
-TRIAL_UPSIDE = 2.0  # ...if it would win with this many times the drafted tokens its look expects
 NEW_REPLY_MEMORY = 0.5  # share of a mode's honesty evidence that a new reply keeps
 PLAN_HONESTY = (0.5, 2.0)  # the running mode's plans scale its scores by honesty, within this
+# A trial needs a look that would win were its drafted tokens this many times what it expects:
+# the most the plans themselves may believe.
+TRIAL_UPSIDE = PLAN_HONESTY[1]
 RECENT_TIMINGS = 7  # a mode's draft and overhead times are the median of this many steps
 CUED_LOOK_EVERY = 2  # steps between looks at a mode while prompt lookup alone beats plain
 CUE_MARGIN = 1.25  # by this factor: a two-token match is common and rarely worth a look
@@ -346,7 +348,7 @@ class ExpectedRatePolicy:
         like 1.8 tokens per step), and only the mode's own steps can correct it. One trial per
         reply and mode, and none away from a drafting mode that is running: it has its own
         steps to go by. Nor one that could not win even were its look ``TRIAL_UPSIDE`` times
-        too modest (the most ``PLAN_HONESTY`` lets the plans believe): at 8k of context a
+        too modest: at 8k of context a
         look at DFlash2 expecting 1.3 tokens a step at 240 ms came within ``TRIAL_WITHIN`` of
         plain decoding's 7.7 tok/s, and its trial, ~200 ms a token, then the way back, cost
         ~7% of the reply (Qwen, code and prose at 8k)."""
