@@ -348,10 +348,9 @@ class ExpectedRatePolicy:
         like 1.8 tokens per step), and only the mode's own steps can correct it. One trial per
         reply and mode, and none away from a drafting mode that is running: it has its own
         steps to go by. Nor one that could not win even were its look ``TRIAL_UPSIDE`` times
-        too modest: at 8k of context a
-        look at DFlash2 expecting 1.3 tokens a step at 240 ms came within ``TRIAL_WITHIN`` of
-        plain decoding's 7.7 tok/s, and its trial, ~200 ms a token, then the way back, cost
-        ~7% of the reply (Qwen, code and prose at 8k)."""
+        too modest: at 8k of context a look at DFlash2 expecting 1.3 tokens a step at 240 ms
+        came within ``TRIAL_WITHIN`` of plain decoding's 7.7 tok/s, and its trial, ~200 ms a
+        token, then the way back, cost ~7% of the reply (Qwen, code and prose at 8k)."""
         best_rate = _per_s(rates[best])
         open_ = [
             m
