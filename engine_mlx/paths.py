@@ -38,3 +38,10 @@ def kernel_cache_dir() -> Path:
     ``FLASHCHAT_KERNEL_CACHE`` overrides."""
     explicit = os.environ.get("FLASHCHAT_KERNEL_CACHE")
     return Path(explicit) if explicit else cache_dir() / "kernels"
+
+
+def step_costs_dir() -> Path:
+    """This machine's calibrated step costs, one file per model; ``FLASHCHAT_STEP_COSTS``
+    overrides (the tests' tiny models are calibrated there, not in the user's cache)."""
+    explicit = os.environ.get("FLASHCHAT_STEP_COSTS")
+    return Path(explicit) if explicit else cache_dir() / "step-costs"

@@ -46,7 +46,7 @@ from engine_mlx.blas import status as blas_status
 from engine_mlx.cpu.machine import cores, cpu_signature
 from engine_mlx.forward_timing import synthetic_context, time_forwards
 from engine_mlx.models.target import TargetModel
-from engine_mlx.paths import cache_dir
+from engine_mlx.paths import step_costs_dir
 
 FORMAT = 2  # 2: calibrated at 4k as well
 MAX_AGE_DAYS = 30
@@ -214,7 +214,7 @@ def cache_file(target: TargetModel) -> Path:
         )
     )
     digest = hashlib.sha256(key.encode()).hexdigest()[:20]
-    return cache_dir() / "step-costs" / f"{spec.name}-{digest}.json"
+    return step_costs_dir() / f"{spec.name}-{digest}.json"
 
 
 def load_or_calibrate(target: TargetModel, log=None) -> StepCosts:

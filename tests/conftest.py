@@ -29,8 +29,9 @@ ARCHS = ("llama", "qwen2", "qwen3", "qwen3_5")
 
 @pytest.fixture(scope="session", autouse=True)
 def _isolated_home(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """Keep tests out of the user's real data folder."""
+    """Keep tests out of the user's real data folder and its cache of step costs."""
     os.environ["FLASHCHAT_HOME"] = str(tmp_path_factory.mktemp("flashchat_home"))
+    os.environ["FLASHCHAT_STEP_COSTS"] = str(tmp_path_factory.mktemp("step_costs"))
 
 
 @pytest.fixture(scope="session")

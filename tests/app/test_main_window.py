@@ -164,7 +164,7 @@ def test_measuring_step_costs_is_said_in_the_status_bar(
 ):
     """A model this machine has not timed yet: the window says so while auto mode's step
     costs are measured, then shows the backend again."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # nothing timed here yet
+    monkeypatch.setenv("FLASHCHAT_STEP_COSTS", str(tmp_path / "step-costs"))  # none timed yet
     notices: list[str] = []
     shown = MainWindow._on_notice
 

@@ -90,7 +90,7 @@ def test_the_cache_round_trips_and_refuses_stale_or_damaged_files():
 def test_calibration_runs_once_per_machine_and_model_then_comes_from_the_cache(
     tiny_target, tmp_path, monkeypatch
 ):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("FLASHCHAT_STEP_COSTS", str(tmp_path))
     target = tiny_target("llama")
     lines: list[str] = []
     first = load_or_calibrate(target, log=lines.append)
@@ -108,7 +108,7 @@ def test_calibration_runs_once_per_machine_and_model_then_comes_from_the_cache(
     monkeypatch.setattr(step_costs, "cpu_signature", lambda: "another CPU")
     assert step_costs.cache_file(target) != path  # and by machine
     monkeypatch.undo()
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setenv("FLASHCHAT_STEP_COSTS", str(tmp_path))
     path.write_text("{not json")
     lines.clear()
     redone = load_or_calibrate(target, log=lines.append)
