@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Generator, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -45,9 +45,29 @@ class DrafterGroup:
     def _select(self, drafter: Drafter, features: list[mx.array]) -> list[mx.array]:
         return [features[self.capture.index(lid)] for lid in drafter.capture_layers]
 
-    def observe_all(self, ids: Sequence[int], features: list[mx.array]) -> None:
-        for d in self.drafters:
+    def observe_all(
+        self, ids: Sequence[int], features: list[mx.array], only: list[Drafter] | None = None
+    ) -> None:
+        for d in self.drafters if only is None else only:
             d.observe(ids, self._select(d, features))
+
+    def restore(self, kept: Mapping[Drafter, object]) -> list[Drafter]:
+        """Each drafter whose context after the prompt was kept takes it back; returns the
+        others, which must observe the prompt's features."""
+        fresh = []
+        for d in self.drafters:
+            state = kept.get(d)
+            if state is None:
+                fresh.append(d)
+            else:
+                d.restore_context(state)  # type: ignore[attr-defined]
+        return fresh
+
+    def keep(self, into: MutableMapping[Drafter, object], drafters: list[Drafter]) -> None:
+        """Keep the context of ``drafters`` (the ones that can hand it over) after the prompt."""
+        for d in drafters:
+            if hasattr(d, "context_state"):
+                into[d] = d.context_state()
 
     def feed(self, ids: Sequence[int], features: list[mx.array], active: Drafter | None) -> None:
         for d in self.drafters:
@@ -117,8 +137,11 @@ class Generation:
         if session.reuse_prompt and kept is not None and kept.serves(prompt, keep):
             self.cache = kept.restore_cache()
             logits, first, chunks = kept.logits, len(kept.ids), list(kept.chunks)
-            for ids, feats in kept.features_for(capture) if group.drafters else []:
-                group.observe_all(ids, feats)
+            fresh = group.restore(kept.drafters)
+            for ids, feats in kept.features_for(capture) if fresh else []:
+                group.observe_all(ids, feats, only=fresh)
+            if first == len(prompt):  # their context is the kept prompt's, to keep as well
+                group.keep(kept.drafters, fresh)
             if self.lookup is not None:
                 self.lookup.extend(list(kept.ids))
             self.stats.reused_prompt_tokens = first
@@ -141,6 +164,7 @@ class Generation:
             session.prefilled = PrefilledPrompt(
                 tuple(prompt), keep, snapshot_cache(self.cache), logits, chunks
             )
+            group.keep(session.prefilled.drafters, group.drafters)
         return logits
 
     # --- decode -------------------------------------------------------------------------

@@ -83,6 +83,14 @@ class DraftVocabulary:
         self._extra_rows: mx.array | None = None
         self.ids = self._base_ids  # token id of every logit column, in ``logits`` order
 
+    def context_state(self) -> tuple[np.ndarray, mx.array | None, np.ndarray]:
+        """The context's tokens, for ``restore_context`` (copies: ``add`` mutates them)."""
+        return self._known.copy(), self._extra_rows, self.ids.copy()
+
+    def restore_context(self, state: tuple[np.ndarray, mx.array | None, np.ndarray]) -> None:
+        known, extra, ids = state
+        self._known, self._extra_rows, self.ids = known.copy(), extra, ids.copy()
+
     @classmethod
     def for_target(cls, target: TargetModel, ids: np.ndarray | None) -> DraftVocabulary | None:
         """None (the full head) when there is no subset, or the head cannot be sliced."""

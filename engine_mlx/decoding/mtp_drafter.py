@@ -31,6 +31,7 @@ from engine_mlx.decoding.selector import BlockCandidates
 from engine_mlx.models.mtp import MTPHead
 from engine_mlx.models.target import TargetModel
 from engine_mlx.modes import DEFAULT_MTP_STEPS
+from engine_mlx.prompt_cache import kv_until_offset
 
 
 class MTPDrafter:
@@ -89,6 +90,24 @@ class MTPDrafter:
             self._append(ids, features)
         if self._pending is not None:
             mx.eval(self._cache.state if self._cache.offset else [], self._pending)
+
+    def context_state(self) -> object:
+        """The head's evaluated context, for a kept prefill (``prompt_cache``): restored, the
+        next reply on that prompt skips running the head over it again."""
+        self.catch_up()
+        layers = kv_until_offset(self._cache) if self._cache.offset else None
+        vocab = self.vocab.context_state() if self.vocab is not None else None
+        return layers, self._pending, vocab
+
+    def restore_context(self, state: object) -> None:
+        """The context as ``context_state`` kept it (after ``reset``)."""
+        layers, pending, vocab = state  # type: ignore[misc]
+        self.reset()
+        if layers is not None:
+            self._cache.state = layers
+        self._pending = pending
+        if vocab is not None and self.vocab is not None:
+            self.vocab.restore_context(vocab)
 
     def _append(self, ids: list[int], features: list[mx.array]) -> None:
         h = self._state(features)

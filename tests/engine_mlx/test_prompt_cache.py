@@ -3,6 +3,7 @@ mode, with output identical to a fresh prefill."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from engine_mlx.config import GenerationConfig
@@ -49,3 +50,36 @@ def test_a_different_prompt_is_prefilled_afresh(tiny_target):
     other = _finish(kept, [9, 8, 7, 6, 5, 4], "ar")
     assert other.stats.reused_prompt_tokens == 0
     assert other.tokens == _finish(_session(target, reuse=False), [9, 8, 7, 6, 5, 4], "ar").tokens
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3_5"])
+def test_a_drafter_takes_its_kept_context_back_instead_of_observing_the_prompt_again(
+    arch, tiny_target, monkeypatch
+):
+    target = tiny_target(arch)
+    prompt = [(5 * i + 2) % 200 + 3 for i in range(40)]
+    kept = _session(target, reuse=True)
+    _finish(kept, prompt, "auto")  # both observe the prompt once, and keep their context
+    assert set(kept.prefilled.drafters) == {kept.drafter, kept.mtp}
+    fed: list[list[int]] = []
+    for drafter in (kept.drafter, kept.mtp):
+        observe = drafter.observe
+        monkeypatch.setattr(
+            drafter,
+            "observe",
+            lambda ids, f, observe=observe: fed.append(list(ids)) or observe(ids, f),
+        )
+    for mode in ("dflash2", "mtp"):  # each reply grows its drafter's context past the prompt
+        again = _finish(kept, prompt, mode)
+        assert again.tokens == _finish(_session(target, reuse=False), prompt, mode).tokens
+    assert fed and not any(ids == prompt[:16] for ids in fed)  # no prompt chunk replayed
+    # What each takes back drafts exactly as a twin that observed the prompt's features.
+    twins = _session(target, reuse=False)
+    for drafter, twin in ((kept.drafter, twins.drafter), (kept.mtp, twins.mtp)):
+        drafter.restore_context(kept.prefilled.drafters[drafter])
+        twin.reset()
+        for ids, feats in kept.prefilled.features_for(twin.capture_layers):
+            twin.observe(ids, feats)
+        got, want = drafter.propose(17, 4, 3), twin.propose(17, 4, 3)
+        assert np.array_equal(got.tokens, want.tokens)
+        np.testing.assert_allclose(got.probs, want.probs, rtol=1e-5, atol=1e-6)
