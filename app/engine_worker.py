@@ -109,7 +109,8 @@ class EngineWorker(QObject):
             speculators = load_speculators(target, NO_DRAFTER)
         drafter, mtp = speculators.drafter, speculators.mtp
         drafter_path = str(speculators.drafter_path or "")
-        self._session = Session(target, drafter, mtp, speculators.mtp_reason)
+        # The conversation so far is prefilled once: the next turn prefills only what is new.
+        self._session = Session(target, drafter, mtp, speculators.mtp_reason, reuse_prompt=True)
         self.model_loaded.emit(
             ModelInfo(
                 name=target.spec.name,
