@@ -135,7 +135,7 @@ class DFlashDrafter:
         """The context as ``context_state`` kept it (after ``reset``)."""
         layers, vocab = state  # type: ignore[misc]
         self.reset()
-        for cache, kept in zip(self._cache, layers or (), strict=False):
+        for cache, kept in zip(self._cache, layers, strict=True) if layers is not None else ():
             cache.state = kept
         if vocab is not None and self.vocab is not None:
             self.vocab.restore_context(vocab)
