@@ -16,17 +16,17 @@ and a step's own draft time is known once it has drafted. So:
   the mode's plans compared with what it committed when it last ran). A look costs one
   draft — no switch, no verification — and comes less often (doubling up to
   ``max_look_every``, across replies) while the mode is far behind plain decoding, and never
-  so often that
-  looks at a mode take more than ``LOOK_BUDGET`` of the time (a look at 4k tokens of context
-  costs more than one at 100); a new reply looks at every drafting mode, the running one
-  too, before its first step (the last reply's looks and steps were on other text), and a
-  reply deeper than plain decoding was ever timed starts plain until it has been (its cost
-  there would otherwise be an extrapolation);
+  so often that the looks at all modes together take more than ``LOOK_BUDGET`` of the time
+  (a look at 4k tokens of context costs more than one at 100); a new reply looks at every
+  drafting mode, the running one too, before its first step (the last reply's looks and
+  steps were on other text), and a reply deeper than plain decoding was ever timed starts
+  plain until it has been (its cost there would otherwise be an extrapolation);
 - **mode** (``choose``, before drafting): plain decoding's rate is ``1 / forward(1)``; the
   running drafting mode's is the tokens its recent steps committed (at most
   ``TRUST_ABOVE_EXPECTED`` times what its plans expected: a lucky run is not a trend) over
   their cost; a mode not running is rated by its recent looks. The best rate wins, with a
-  margin against flapping;
+  margin against flapping that doubles (``REJOIN_BACKOFF``) for a mode each time, in this
+  reply, it ran behind plain decoding and was left;
 - **a trial** (``_worth_a_trial``): a look is a forecast from estimates made on other text,
   so a mode whose look comes within ``TRIAL_WITHIN`` of the best rate, and would beat it were
   its drafted tokens ``TRIAL_UPSIDE`` times what the look expects, runs once per reply until
@@ -53,7 +53,7 @@ from engine_mlx.step_costs import StepCosts
 
 SMOOTHING = 0.3
 TRUST_ABOVE_EXPECTED = 2.0  # realised tokens count up to this multiple of the plans' expectation
-LOOK_BUDGET = 0.02  # looks at one mode take at most this share of plain decoding's time
+LOOK_BUDGET = 0.02  # looks at all modes together take at most this share of the time
 HONESTY_PRIOR = 3.0  # drafted tokens of evidence at face value every honesty estimate starts from
 TRIAL_WITHIN = 0.75  # a mode whose look comes this close to the best rate is tried once a reply
 NEW_REPLY_MEMORY = 0.5  # share of a mode's honesty evidence that a new reply keeps
@@ -66,6 +66,9 @@ CUED_LOOK_EVERY = 2  # steps between looks at a mode while prompt lookup alone b
 CUE_MARGIN = 1.25  # by this factor: a two-token match is common and rarely worth a look
 IDLE_TRIAL_STEPS = 3  # steps whose plans verified no draft after which a trial is used up
 SETTLE_STEPS = 3  # drafted steps a newly joined mode runs before its own rate can send it away
+# The margin a look must clear to rejoin a mode doubles each time that mode, in this reply,
+# ran behind plain decoding and was left.
+REJOIN_BACKOFF = 2.0
 
 
 @dataclass
@@ -123,6 +126,7 @@ class _Drafting:
     fresh_look_due: bool = False  # a new reply: look at it before its first step, running or not
     idle_steps_this_reply: int = 0  # its steps in this reply whose plans verified no draft
     steps_since_join: int = 0  # its steps that verified a draft since it was last chosen
+    defeats: int = 0  # times in this reply it ran behind plain decoding and was left
 
     @property
     def honesty(self) -> float:
@@ -144,6 +148,7 @@ class _Drafting:
         self.expected_extra *= NEW_REPLY_MEMORY
         self.ran_this_reply = False
         self.idle_steps_this_reply = 0
+        self.defeats = 0
         # What it committed on the last text is no rate for this one: until its first step
         # here, a mode is rated by its look at this text (``fresh_look_due``). Nor does the
         # reply's first mode settle: it was chosen on the last text's looks.
@@ -223,6 +228,7 @@ class ExpectedRatePolicy:
             return None
         plain_s = self.costs.verify_s(1, depth)
         plain = 1.0 / plain_s
+        share = LOOK_BUDGET / max(1, sum(m is not Mode.AR for m in self.modes))
 
         def interval(mode: Mode) -> float:
             state = self._state(mode)
@@ -234,7 +240,7 @@ class ExpectedRatePolicy:
             )
             if cued and cued > CUE_MARGIN * plain:
                 return CUED_LOOK_EVERY
-            return max(state.look_every, state.look_time.seconds / (LOOK_BUDGET * plain_s))
+            return max(state.look_every, state.look_time.seconds / (share * plain_s))
 
         fresh = [m for m in self.modes if m is not Mode.AR and self._state(m).fresh_look_due]
         if fresh:
@@ -304,14 +310,21 @@ class ExpectedRatePolicy:
         if current is None:
             return Choice(best)
         if current is not Mode.AR and self._settling(current):
-            return Choice(current)
+            chosen_by = self._repriced(self._state(current))
+            rival = self._rival_while_settling(current, chosen_by, rates) if chosen_by else None
+            if chosen_by is None or rival is None:
+                return Choice(current)
+            rates[current], best = chosen_by, rival
         here = rates.get(current)
         # The margin against flapping guards the switches that cost something (a drafter
         # catching up, an untimed first step); back to plain decoding, being faster is enough.
-        margin = 0.0 if best is Mode.AR else self.hysteresis
+        margin = 0.0 if best is Mode.AR else self._join_margin(best)
         if best != current and (here is None or _per_s(rates[best]) > _per_s(here) * (1 + margin)):
             if current is not Mode.AR and here is not None:  # leaving: its look is what it did
                 self._set_look(self._state(current), here)
+                plain = rates.get(Mode.AR)
+                if plain is not None and _per_s(here) < _per_s(plain):
+                    self._state(current).defeats += 1
             if best is not Mode.AR:  # joining: its own steps will say how it does now
                 self._join(best)
             return Choice(best, self._reason(best, rates[best], depth, current, here))
@@ -321,6 +334,30 @@ class ExpectedRatePolicy:
             why = self._reason(trial, rates[trial], depth, current, here)
             return Choice(trial, f"trying {why}")
         return Choice(current)
+
+    def _rival_while_settling(
+        self, current: Mode, chosen_by: LengthPlan, rates: dict[Mode, LengthPlan]
+    ) -> Mode | None:
+        """A drafting mode whose look beats ``chosen_by`` (the look ``current`` was chosen
+        by) by the margin: settling shields a mode from its own first steps, not from a better
+        look. Frozen for its 3 steps, MTP, chosen on a reply's first looks at 4k of prose (DFlash2's
+        first draft there, at the reply's first token, promised 1.04 tokens), ran on while
+        DFlash2's next look promised 2.8 tokens a step, and then committed 4-8 (Qwen)."""
+        rivals = [m for m in rates if m not in (current, Mode.AR)]
+        beats = [
+            m for m in rivals if _per_s(rates[m]) > _per_s(chosen_by) * (1 + self._join_margin(m))
+        ]
+        return max(beats, key=lambda m: _per_s(rates[m])) if beats else None
+
+    def _join_margin(self, mode: Mode) -> float:
+        """How far a look must beat the running mode to switch to ``mode``: the margin
+        against flapping, doubled for every time ``mode`` ran behind plain decoding and was
+        left in this reply. A look is one draft's scores, and a switch made on the best of
+        many noisy looks meets the mean on arrival: on the Qwen demo's chat question
+        (sampled), looks at MTP and DFlash2 promised 1.4-1.8 tokens a step, and auto switched
+        to them 9 times in 120 tokens; their steps committed 1.0-1.3 at 145-200 ms, behind
+        plain decoding's 125 ms a token, each time."""
+        return self.hysteresis * REJOIN_BACKOFF ** self._state(mode).defeats
 
     def _join(self, mode: Mode) -> None:
         state = self._state(mode)

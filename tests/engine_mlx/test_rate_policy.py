@@ -9,6 +9,7 @@ import pytest
 from engine_mlx.config import GenerationConfig
 from engine_mlx.decoding.dflash_drafter import DFlashDrafter
 from engine_mlx.decoding.selector import AcceptanceCalibrator
+from engine_mlx.decoding.strategies import LengthPlan
 from engine_mlx.events import ModeSwitch, Tokens
 from engine_mlx.modes import Mode
 from engine_mlx.policy import Choice
@@ -157,6 +158,45 @@ def test_a_newly_chosen_mode_is_not_judged_on_one_step():
     assert policy.choose(0, Mode.DFLASH2).mode is Mode.AR  # one step decides now
 
 
+def test_a_mode_that_ran_behind_plain_needs_a_wider_margin_each_time_it_is_rejoined():
+    policy = _policy(_costs(per_token_ms=1.0))  # plain: 30 ms a token
+
+    def rejoins(times_plain: float) -> bool:
+        """Whether a look promising ``times_plain`` plain decoding's rate switches to it."""
+        plain_s = policy.costs.verify_s(1, 0)  # as the machine's pace has it now
+        policy._set_look(policy._state(Mode.DFLASH2), LengthPlan(4, 2.0, 2 * plain_s / times_plain))
+        return policy.choose(0, Mode.AR).mode is Mode.DFLASH2
+
+    def runs_behind_plain() -> None:
+        while policy.choose(0, Mode.DFLASH2).mode is Mode.DFLASH2:
+            policy.plan_length("dflash2", [0.5, 0.3], 0.01, 0)
+            behind = StepStats(Mode.DFLASH2, committed=1, drafted=2, draft_s=0.01, verify_s=0.036)
+            policy.observe(Mode.DFLASH2, 0, 1, 0.05, behind)
+
+    policy.choose(0, None)
+    assert rejoins(1.15)  # the margin against flapping: 10%
+    runs_behind_plain()
+    assert not rejoins(1.15) and rejoins(1.25)  # left once: 20%
+    runs_behind_plain()
+    assert not rejoins(1.35) and rejoins(1.45)  # twice: 40%
+    runs_behind_plain()
+    policy.choose(0, None)  # a new reply, new text: the margin is back to 10%
+    assert rejoins(1.15)
+
+
+def test_a_settling_mode_gives_way_only_to_a_look_that_beats_the_one_it_was_chosen_by():
+    policy = _policy(_costs(per_token_ms=1.0), (Mode.AR, Mode.DFLASH2, Mode.MTP))
+    policy.observe_preview(Mode.MTP, [0.9], 0.002, 0)  # 1.9 tokens in 33 ms: 1.7x plain
+    assert policy.choose(0, Mode.AR).mode is Mode.MTP
+    unlucky = StepStats(Mode.MTP, committed=1, drafted=1, draft_s=0.002, verify_s=0.031)
+    policy.plan_length("mtp", [0.9], 0.002, 0)
+    policy.observe(Mode.MTP, 0, 1, 0.035, unlucky)
+    policy.observe_preview(Mode.DFLASH2, [0.5, 0.3], 0.002, 0)  # 1.8 tokens in 34 ms
+    assert policy.choose(0, Mode.MTP).mode is Mode.MTP  # settling: one step is no verdict
+    policy.observe_preview(Mode.DFLASH2, [0.95] * 6, 0.002, 0)  # ~5 tokens a step
+    assert policy.choose(0, Mode.MTP).mode is Mode.DFLASH2
+
+
 def test_a_drafting_mode_behind_plain_gives_way_without_a_margin():
     policy = _policy(_costs(per_token_ms=1.0))  # plain: 30 ms a token
     policy.observe_preview(Mode.DFLASH2, [0.9] * 6, 0.01, 0)
@@ -295,6 +335,18 @@ def test_a_mode_near_plain_keeps_being_looked_at():
 def test_looks_stay_within_their_share_of_the_time():
     gaps = _look_gaps(_policy(_costs()), look_s=0.030)  # a look costs a plain step
     assert min(gaps) >= 1 / LOOK_BUDGET  # one plain step's worth per 50 steps
+
+
+def test_looks_at_every_mode_together_stay_within_the_share():
+    policy = _policy(_costs(), (Mode.AR, Mode.DFLASH2, Mode.MTP))  # plain: 30 ms a token
+    looked_s = 0.0
+    for _ in range(600):
+        if (due := policy.preview_due(0, Mode.AR)) is not None:
+            policy.observe_preview(due, [0.05], 0.030, 0)  # a look costs a plain step
+            looked_s += 0.030
+        policy.observe(Mode.AR, 0, 1, 0.03)
+    first_looks = 2 * 0.030 * policy.look_every  # before any is timed, every 4 steps
+    assert looked_s <= LOOK_BUDGET * 600 * 0.030 + first_looks
 
 
 def test_the_running_mode_is_judged_by_what_it_commits():
