@@ -4,6 +4,7 @@ prompt category (the layout llama-benchy popularised). matplotlib is an optional
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,9 @@ def plot_suite(report: dict[str, Any], out: Path) -> Path:
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("decode tok/s")
     axes[0][-1].legend(fontsize=8, loc="upper right")
-    fig.suptitle(f"{report['model']} on {report['machine']} ({report['backend']})", fontsize=9)
+    title = f"{report['model']} on {report['machine']} ({report['backend']})"
+    # Wrapped: a machine description (CPU, BLAS and its timings) runs past the figure's edges.
+    fig.suptitle(textwrap.fill(title, width=int(40 * len(categories))), fontsize=9)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)
