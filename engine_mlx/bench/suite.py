@@ -131,7 +131,8 @@ def run_suite(args: argparse.Namespace) -> int:
 
 
 def _measure(session, base: GenerationConfig, cells, baselines, prompt, spec) -> list[dict]:
-    """Every cell once per round, ``spec.repeats`` rounds; the median run of each cell."""
+    """Every cell once per round, ``spec.repeats`` rounds; the median run of each cell (the
+    upper median of an even count: a run, not a mean, so its tau and steps go with it)."""
     runs: dict[tuple[str, str, int], list[dict]] = {}
     run_ours(session, prompt, replace(base, mode=Mode.AR, max_tokens=2))  # prefill, kept
     for name, runner in baselines.items():
