@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 import numpy as np
 
-from engine_mlx.decoding.sampling import Sampler, filtered_logprobs
+from engine_mlx.decoding.sampling import Sampler
 from engine_mlx.decoding.tree import CandidateTree
 from engine_mlx.kernels import acceptance as acceptance_op
 from engine_mlx.kernels.launch import live_executor, record
@@ -68,24 +68,34 @@ def path_tokens(tree: CandidateTree) -> mx.array:
 
 def accept(tree: CandidateTree, logits: mx.array, sampler: Sampler) -> Acceptance:
     """The target's picks for every node of ``tree`` (logits [N, V] from its verification)
-    and the walk. Where kernels run (a GPU backend, or the emulator), picks and walk run on
-    the device with one read-back; sampled picks there draw by inverse CDF from the same
-    filtered distribution (another random stream, the same distribution). Elsewhere the
-    sampler picks and the walk runs on the host. A repetition penalty at node i counts the
-    tokens on its own path: they precede it in the text that node would continue."""
-    extra = path_tokens(tree) if sampler.penalises else None
-    if live_executor() is None:
-        record("acceptance", kernel=False)
-        return walk(tree, sampler.sample(logits, extra).tolist())
-    logits = sampler.penalised(logits, extra)
+    and the walk. Sampled picks are drawn from ``node_logprobs``; greedy ones are its argmax.
+    Where kernels run (a GPU backend, or the emulator), picks and walk run on the device
+    with one read-back; sampled picks there draw by inverse CDF (another random stream, the
+    same distribution). Elsewhere the sampler picks and the walk runs on the host."""
+    on_device = live_executor() is not None
+    if sampler.params.greedy:
+        scores = sampler.penalised(logits, path_tokens(tree) if sampler.penalises else None)
+        if not on_device:
+            record("acceptance", kernel=False)
+            return walk(tree, mx.argmax(scores, axis=-1).tolist())
+        uniforms = None
+    else:
+        logprobs = node_logprobs(tree, logits, sampler)
+        if not on_device:
+            record("acceptance", kernel=False)
+            return walk(tree, sampler.draw(logprobs).tolist())
+        scores = mx.exp(logprobs)
+        uniforms = mx.random.uniform(shape=(len(tree),), key=sampler.next_key())
     tokens = mx.array(tree.tokens, dtype=mx.int32)
     parents = mx.array(tree.parents, dtype=mx.int32)
-    if sampler.params.greedy:
-        walked = acceptance_op.run(logits, tokens, parents)
-    else:
-        probs = mx.exp(filtered_logprobs(logits, sampler.params))
-        uniforms = mx.random.uniform(shape=(len(tree),), key=sampler.next_key())
-        walked = acceptance_op.run(probs, tokens, parents, uniforms)
+    walked = acceptance_op.run(scores, tokens, parents, uniforms)
     path = [int(i) for i in walked.path.tolist() if i >= 0]
     bonus = int(walked.bonus.item())
     return Acceptance(path, [tree.tokens[i] for i in path] + [bonus], int(walked.tested.item()))
+
+
+def node_logprobs(tree: CandidateTree, logits: mx.array, sampler: Sampler) -> mx.array:
+    """[N, V]: the distribution ``accept`` draws node i's pick from. A repetition penalty at
+    node i counts the committed context (the sampler's) and the tokens on node i's own path,
+    the root included: exactly the text that node would continue."""
+    return sampler.logprobs(logits, path_tokens(tree) if sampler.penalises else None)

@@ -54,40 +54,53 @@ def filtered_logprobs(logits: mx.array, params: SamplingParams) -> mx.array:
     With top-k, the k best are found by partition and the other filters run on those k
     alone: sorting the whole vocabulary cost 37 ms a position for Qwen's 151,936 logits on a
     2-core CPU (400 ms for an 8-node verification, which sampled speculation then never
-    repaid). Exactly k are kept; ties at the k-th value are broken arbitrarily."""
+    repaid). Every rule here is a function of the values alone, never of the order an
+    algorithm happens to visit them in, so one row and a many-row verification (or a CPU and
+    a GPU) keep the same tokens: see ``top_k_indices`` and ``_top_p_min_p``."""
     x = logits.astype(mx.float32) / max(params.temperature, 1e-6)
     vocab = x.shape[-1]
     if not 0 < params.top_k < vocab:
         return _top_p_min_p(x - mx.logsumexp(x, axis=-1, keepdims=True), params)
-    idx = mx.argpartition(-x, params.top_k - 1, axis=-1)[..., : params.top_k]
+    idx = top_k_indices(x, params.top_k)
     best = mx.take_along_axis(x, idx, axis=-1)
     kept = _top_p_min_p(best - mx.logsumexp(best, axis=-1, keepdims=True), params)
     out = mx.full(x.shape, -mx.inf, dtype=mx.float32)
     return mx.put_along_axis(out, idx, kept, axis=-1)
 
 
+def top_k_indices(x: mx.array, k: int) -> mx.array:
+    """The ids of the ``k`` largest values on the last axis (in no particular order). Where
+    the k-th value is tied, the lowest ids among the tied tokens are kept: a partition alone
+    breaks such ties by where its algorithm happens to meet them, which a one-row and a
+    many-row evaluation need not share."""
+    vocab = x.shape[-1]
+    kth = mx.partition(x, vocab - k, axis=-1)[..., vocab - k : vocab - k + 1]
+    above = x > kth
+    tied = x == kth
+    room = k - mx.sum(above, axis=-1, keepdims=True)
+    keep = above | (tied & (mx.cumsum(tied.astype(mx.int32), axis=-1) <= room))
+    return mx.argpartition(-keep.astype(mx.int32), k - 1, axis=-1)[..., :k]
+
+
 def _top_p_min_p(logprobs: mx.array, params: SamplingParams) -> mx.array:
-    """Top-p then min-p over the candidates on the last axis, renormalised."""
+    """Top-p then min-p over the candidates on the last axis, renormalised. Top-p keeps a
+    token when the tokens strictly more likely than it hold less than ``top_p``: a group of
+    equally likely tokens at the boundary is kept or dropped whole, whatever order a sort
+    leaves them in (the first token is always kept)."""
     if params.top_p < 1.0:
         order = mx.argsort(-logprobs, axis=-1)
         sorted_lp = mx.take_along_axis(logprobs, order, axis=-1)
         mass_before = mx.cumsum(mx.exp(sorted_lp), axis=-1) - mx.exp(sorted_lp)
-        keep_sorted = mass_before < params.top_p  # the first token is always kept
+        first = mx.ones((*sorted_lp.shape[:-1], 1), dtype=mx.bool_)
+        starts = mx.concatenate([first, sorted_lp[..., 1:] != sorted_lp[..., :-1]], axis=-1)
+        mass_above = mx.cummax(mx.where(starts, mass_before, -mx.inf), axis=-1)
+        keep_sorted = mass_above < params.top_p
         keep = mx.put_along_axis(mx.zeros_like(keep_sorted), order, keep_sorted, axis=-1)
         logprobs = mx.where(keep, logprobs, -mx.inf)
     if params.min_p > 0.0:
         top = mx.max(logprobs, axis=-1, keepdims=True)
         logprobs = mx.where(logprobs < top + mx.log(params.min_p), -mx.inf, logprobs)
     return logprobs - mx.logsumexp(logprobs, axis=-1, keepdims=True)
-
-
-def probabilities(logits: mx.array, params: SamplingParams) -> mx.array:
-    """The distribution tokens are drawn from (one-hot argmax when greedy)."""
-    if params.greedy:
-        top = mx.argmax(logits, axis=-1, keepdims=True)
-        idx = mx.arange(logits.shape[-1])
-        return (idx == top).astype(mx.float32)
-    return mx.exp(filtered_logprobs(logits, params))
 
 
 def penalise(logits: mx.array, seen: mx.array, penalty: float) -> mx.array:
@@ -148,10 +161,26 @@ class Sampler:
         self._key, sub = mx.random.split(self._key)
         return sub
 
-    def sample(self, logits: mx.array, extra: mx.array | None = None) -> mx.array:
-        """``logits`` [..., vocab] -> token ids [...] (lazy: no evaluation happens here);
-        ``extra`` as for ``penalised``."""
+    def logprobs(self, logits: mx.array, extra: mx.array | None = None) -> mx.array:
+        """The log-distribution each row's token is drawn from (``extra`` as for
+        ``penalised``): the one definition that plain decoding, verification on the host and
+        on the device, and the exact losslessness test all use. Greedy: 0 at the argmax (the
+        lowest id on ties), -inf elsewhere."""
         logits = self.penalised(logits, extra)
         if self.params.greedy:
-            return mx.argmax(logits, axis=-1)
-        return mx.random.categorical(filtered_logprobs(logits, self.params), key=self.next_key())
+            top = mx.argmax(logits, axis=-1, keepdims=True)
+            hit = mx.arange(logits.shape[-1]) == top
+            return mx.where(hit, 0.0, -mx.inf).astype(mx.float32)
+        return filtered_logprobs(logits, self.params)
+
+    def draw(self, logprobs: mx.array) -> mx.array:
+        """One token per row of ``logprobs`` (from ``logprobs``), with this sampler's next
+        key (lazy)."""
+        return mx.random.categorical(logprobs, key=self.next_key())
+
+    def sample(self, logits: mx.array, extra: mx.array | None = None) -> mx.array:
+        """``logits`` [..., vocab] -> token ids [...] (lazy: no evaluation happens here),
+        drawn from ``logprobs``; ``extra`` as for ``penalised``."""
+        if self.params.greedy:  # the argmax itself, without building the one-hot rows
+            return mx.argmax(self.penalised(logits, extra), axis=-1)
+        return self.draw(self.logprobs(logits, extra))

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine_mlx.decoding.sampling import Sampler, SamplingParams, filtered_logprobs, probabilities
+from engine_mlx.decoding.sampling import Sampler, SamplingParams, filtered_logprobs
 
 # Logits at least 0.1 apart: with (near-)ties at the top-p boundary either token is a correct
 # choice, so the expected set would be ambiguous.
@@ -35,7 +35,7 @@ def test_seed_reproduces_and_differs():
 def test_greedy_is_argmax():
     logits = mx.array([[0.1, 3.0, 2.9], [5.0, 0.0, -1.0]])
     assert Sampler(SamplingParams()).sample(logits).tolist() == [1, 0]
-    assert probabilities(logits, SamplingParams()).tolist() == [[0, 1, 0], [1, 0, 0]]
+    assert mx.exp(Sampler(SamplingParams()).logprobs(logits)).tolist() == [[0, 1, 0], [1, 0, 0]]
 
 
 @settings(max_examples=60, deadline=None)

@@ -3,8 +3,6 @@ sampled output equals plain sampling in distribution, on every supported archite
 
 from __future__ import annotations
 
-import math
-from collections import Counter
 from itertools import pairwise
 
 import mlx.core as mx
@@ -22,6 +20,7 @@ from engine_mlx.modes import Mode
 from engine_mlx.session import Session
 from engine_mlx.step_costs import StepCosts
 from tests.support.auto_driver import drive_auto
+from tests.support.distribution import position_p_values, sample_replies
 from tests.support.drafters import OracleDrafter, random_dflash, random_mtp_head
 from tests.support.tiny_models import build_tiny_model
 
@@ -124,21 +123,6 @@ def test_cache_after_each_step_equals_plain_cache(arch, tiny_target):
         assert max(widths) > 1  # trees were really verified
 
 
-def _chi_square_p(counts_a: Counter, counts_b: Counter) -> float:
-    """Two-sample chi-square test of homogeneity; p-value by Wilson-Hilferty."""
-    cats = sorted(set(counts_a) | set(counts_b))
-    na, nb = sum(counts_a.values()), sum(counts_b.values())
-    stat = 0.0
-    for c in cats:
-        tot = counts_a[c] + counts_b[c]
-        for n, obs in ((na, counts_a[c]), (nb, counts_b[c])):
-            exp = tot * n / (na + nb)
-            stat += (obs - exp) ** 2 / exp
-    df = max(1, len(cats) - 1)
-    z = ((stat / df) ** (1 / 3) - (1 - 2 / (9 * df))) / math.sqrt(2 / (9 * df))
-    return 0.5 * math.erfc(z / math.sqrt(2))
-
-
 @pytest.fixture(scope="module")
 def tiny_vocab_target(tmp_path_factory) -> TargetModel:
     path = build_tiny_model("qwen3", tmp_path_factory.mktemp("vocab12"), vocab_size=12, seed=3)
@@ -156,15 +140,8 @@ def test_sampled_distribution_matches_plain_sampling(
 ):
     target = tiny_vocab_target
     prompt = [3, 5, 7, 3, 5]
-    params = dict(temperature=0.6, top_k=8, repetition_penalty=penalty)
-    spec_session = Session(target, OracleDrafter(target, block_size=3))
-    plain_session = Session(target)
-    runs = 300
-    plain = [
-        _tokens(plain_session, prompt, max_tokens=3, sampling=SamplingParams(**params, seed=s))
-        for s in range(runs)
-    ]
-    spec, accepted = [], 0
+    params = SamplingParams(temperature=0.6, top_k=8, repetition_penalty=penalty)
+    session = Session(target, OracleDrafter(target, block_size=3))
     if mode == "auto":  # drive auto through mode and draft-length changes
         cheap = StepCosts({(n, 0): 0.05 for n in (1, 2, 4)})  # every node is worth it
         dear = StepCosts({(n, 0): 0.001 + 0.05 * n for n in (1, 2, 4)})
@@ -173,20 +150,12 @@ def test_sampled_distribution_matches_plain_sampling(
             lambda k: cheap if k % 4 else dear,
             lambda k, current: Mode.AR if k % 4 == 0 else Mode.DFLASH2,
         )
-    for s in range(runs):
-        config = GenerationConfig(
-            max_tokens=3,
-            mode=mode,
-            width=width,
-            ignore_eos=True,
-            sampling=SamplingParams(**params, seed=10_000 + s),
-        )
-        finished = list(spec_session.generate(prompt, config))[-1]
-        spec.append(finished.tokens)
-        accepted += finished.stats.accepted
-    for pos in range(3):
-        p = _chi_square_p(Counter(t[pos] for t in plain), Counter(t[pos] for t in spec))
-        assert p > 1e-3, (pos, p)
+    runs = 300
+    replies, accepted = sample_replies(
+        session, prompt, range(10_000, 10_000 + runs), 3, mode=mode, width=width, sampling=params
+    )
+    p_values = position_p_values(target, prompt, replies, params)
+    assert min(p_values) > 1e-3, p_values
     # drafts were really accepted, not just rejected (auto also spends steps in plain decoding)
     assert accepted > (runs // 4 if mode == "dflash2" else runs // 30)
 

@@ -113,3 +113,20 @@ def test_inverse_cdf_sampling_matches_the_distribution():
     freq = np.bincount(np.asarray(picks), minlength=5) / 4000
     assert freq[0] == freq[3] == 0
     assert np.allclose(freq, np.asarray(probs)[0], atol=0.03)
+
+
+def test_a_uniform_next_to_one_stays_on_a_token_that_can_occur(executor):
+    """u * total can round up to the total; the vocabulary's last token (filtered out here)
+    must still never be picked, by the kernel or by its reference."""
+    probs = np.zeros((2, 7), dtype=np.float32)
+    probs[:, :3] = [0.1, 0.7, 0.2]
+    probs[1, 3] = 1e-8  # a sum that float32 cannot hold exactly
+    below_one = np.nextafter(np.float32(1.0), np.float32(0.0))
+    uniforms = mx.array(np.array([below_one, below_one], dtype=np.float32))
+    tokens, parents = mx.array([0]), mx.array([-1])
+    for row in range(2):
+        p = mx.array(probs[row : row + 1])
+        ours = acceptance.kernel(p, tokens, parents, uniforms[row : row + 1], executor)
+        ref = acceptance.reference(p, tokens, parents, uniforms[row : row + 1])
+        assert probs[row, int(ours.bonus.item())] > 0
+        assert probs[row, int(ref.bonus.item())] > 0

@@ -3,8 +3,6 @@ missing or misshapen head is reported unavailable while auto mode runs without i
 
 from __future__ import annotations
 
-from collections import Counter
-
 import mlx.core as mx
 import numpy as np
 import pytest
@@ -17,7 +15,7 @@ from engine_mlx.events import Error, Tokens
 from engine_mlx.models.mtp import MTPUnavailable, load_mtp, save_mtp
 from engine_mlx.models.target import TargetModel
 from engine_mlx.session import Session
-from tests.engine_mlx.decoding.test_speculative import _chi_square_p
+from tests.support.distribution import position_p_values, sample_replies
 from tests.support.drafters import random_mtp_head, write_builtin_mtp
 from tests.support.tiny_models import build_tiny_model
 
@@ -108,35 +106,12 @@ def test_sampled_mtp_matches_plain_sampling_in_distribution(arch, tmp_path):
     else:
         head = load_mtp(target, save_mtp(head, tmp_path / "mtp.safetensors"))
     session = Session(target, mtp=MTPDrafter(head, target, steps=2))
-    plain_session = Session(target)
-    prompt, runs = [3, 5, 7, 3, 5], 250
-    plain, spec, accepted = [], [], 0
-    for s in range(runs):
-        base = dict(max_tokens=3, ignore_eos=True)
-        plain.append(
-            list(
-                plain_session.generate(
-                    prompt,
-                    GenerationConfig(**base, sampling=SamplingParams(temperature=0.6, seed=s)),
-                )
-            )[-1].tokens
-        )
-        fin = list(
-            session.generate(
-                prompt,
-                GenerationConfig(
-                    **base,
-                    mode="mtp",
-                    mtp_steps=2,
-                    sampling=SamplingParams(temperature=0.6, seed=5000 + s),
-                ),
-            )
-        )[-1]
-        spec.append(fin.tokens)
-        accepted += fin.stats.accepted
-    for pos in range(3):
-        p = _chi_square_p(Counter(t[pos] for t in plain), Counter(t[pos] for t in spec))
-        assert p > 1e-3, (pos, p)
+    prompt, params = [3, 5, 7, 3, 5], SamplingParams(temperature=0.6)
+    replies, accepted = sample_replies(
+        session, prompt, range(5000, 5250), 3, mode="mtp", mtp_steps=2, sampling=params
+    )
+    p_values = position_p_values(target, prompt, replies, params)
+    assert min(p_values) > 1e-3, p_values
     assert accepted > 0
 
 
