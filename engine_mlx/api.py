@@ -15,9 +15,9 @@ from engine_mlx.models.dflash import (
     DFlashConfig,
     DFlashModel,
     default_target_layer_ids,
-    load_dflash,
     save_dflash,
 )
+from engine_mlx.models.drafters import load_drafter as load_drafter_model
 from engine_mlx.models.loading import text_config
 from engine_mlx.models.mtp import MTPUnavailable, load_mtp
 from engine_mlx.models.target import TargetModel
@@ -33,9 +33,9 @@ def load_target(path: str | Path) -> TargetModel:
 def load_drafter(path: str | Path, target: TargetModel) -> DFlashDrafter:
     """Load a DFlash / DFlash2 drafter and bind it to ``target`` (refused if it does not fit),
     with its draft vocabulary when the folder has one."""
-    model = load_dflash(path)
+    model = load_drafter_model(path)
     try:
-        vocab = load_draft_vocab(path, target.spec.vocab_size)
+        vocab = load_draft_vocab(path, target.spec.vocab_size) if Path(path).is_dir() else None
     except ValueError as exc:
         raise ModelLoadError(f"{Path(path).name}: {exc}") from exc
     return DFlashDrafter(model, target, vocab)

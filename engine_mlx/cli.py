@@ -114,6 +114,18 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("out", type=Path)
     imp.add_argument("--dtype", default="float16", choices=["float16", "bfloat16", "float32"])
 
+    exp = sub.add_parser(
+        "export-drafter",
+        help="a drafter as llama.cpp takes it: a GGUF, or a folder for its converter",
+    )
+    exp.add_argument("drafter", type=Path, help="drafter folder or drafter .gguf")
+    exp.add_argument("--out", type=Path, required=True, help="folder to write into")
+    exp.add_argument("--format", choices=["gguf", "hf"], default="gguf")
+    exp.add_argument("--type", choices=["f32", "f16", "q8_0"], default="f16", dest="qtype")
+    exp.add_argument(
+        "--target-gguf", type=Path, default=None, help="gguf: the target's .gguf (its tokenizer)"
+    )
+
     init = sub.add_parser("init-drafter", help="write a randomly initialised DFlash2 drafter")
     init.add_argument("--model", type=Path, default=None, help="target folder (default: demo)")
     init.add_argument("--out", type=Path, required=True)
@@ -183,6 +195,19 @@ def main(argv: list[str] | None = None) -> int:
             from engine_mlx.models.gguf import import_gguf
 
             print(import_gguf(args.gguf, args.out, dtype=args.dtype))
+            return 0
+        if args.command == "export-drafter":
+            from engine_mlx.models.gguf.export_drafter import export_drafter
+
+            print(
+                export_drafter(
+                    args.drafter,
+                    args.out,
+                    form=args.format,
+                    qtype=args.qtype,
+                    tokenizer_gguf=args.target_gguf,
+                )
+            )
             return 0
         if args.command == "init-drafter":
             from engine_mlx.api import init_drafter

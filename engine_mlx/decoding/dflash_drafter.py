@@ -21,6 +21,7 @@ from engine_mlx.kernels import candidates
 from engine_mlx.kernels.launch import live_executor, record
 from engine_mlx.models import attention
 from engine_mlx.models.dflash import DFlashConfig, DFlashModel, DrafterMismatchError
+from engine_mlx.models.dflash2 import Lattice, output_transform, top_candidates
 from engine_mlx.models.loading import ModelSpec
 from engine_mlx.models.target import TargetModel
 from engine_mlx.prompt_cache import kv_until_offset
@@ -92,6 +93,8 @@ class DFlashDrafter:
         self._cache: list[KVCache] = []
         self._pending: list[list[mx.array]] = []  # features committed while idle
         self.vocab = DraftVocabulary.for_target(target, vocab)
+        # llama.cpp's --spec-draft-n-min / --spec-draft-p-min (a selector's walk only)
+        self.n_min, self.p_min = 0, 0.0
         self.reset()
 
     @property
@@ -155,25 +158,58 @@ class DFlashDrafter:
             k, v = layer.self_attn.context_kv(ctx, self.model.rope, offset)
             cache.update_and_fetch(k, v)
 
-    def block_logits(self, root: int, depth: int) -> mx.array:
-        """Logits [depth, vocab] for the masked positions after ``root`` (over the draft
-        vocabulary's columns when there is one)."""
+    def block_hidden(self, root: int, depth: int) -> mx.array:
+        """The drafter's final-normed states [depth, H] of the masked positions after
+        ``root``."""
         self.catch_up()
         block = mx.array([[root] + [self.mask_id] * depth])
         if self.context_length == 0:
             raise RuntimeError("the drafter has no context yet: observe the prompt first")
         ctx_kv = [(c.keys[..., : c.offset, :], c.values[..., : c.offset, :]) for c in self._cache]
         with attention.active():  # the numpy softmax at depth (``models.attention.attend``)
-            hidden = self.model(self.target.embed(block), ctx_kv, self.context_length)[0, 1:]
-        if self.vocab is not None:
-            return self.vocab.logits(hidden)
-        return self.target.head(hidden)
+            return self.model(self.target.embed(block), ctx_kv, self.context_length)[0, 1:]
+
+    def block_logits(self, root: int, depth: int, hidden: mx.array | None = None) -> mx.array:
+        """Logits [depth, vocab] for the masked positions after ``root`` (over the draft
+        vocabulary's columns when there is one), with the drafter's output transforms."""
+        hidden = self.block_hidden(root, depth) if hidden is None else hidden
+        logits = self.vocab.logits(hidden) if self.vocab is not None else self.target.head(hidden)
+        cfg = self.model.config
+        return output_transform(logits, cfg.output_multiplier, cfg.final_logit_softcapping)
+
+    def lattice(self, root: int, depth: int) -> Lattice:
+        """The selector's candidates and scores for the ``depth`` positions after ``root``
+        (a drafter with a candidate selector: llama.cpp's DFlash2)."""
+        hidden = self.block_hidden(root, depth)
+        logits = np.array(self.block_logits(root, depth, hidden).astype(mx.float32))
+        columns = top_candidates(logits, self.model.config.selector_top_k)
+        ids = self.vocab.ids[columns] if self.vocab is not None else columns
+        unary = np.take_along_axis(logits, columns, axis=-1)
+        scores = self.model.candidate_selector.scores(
+            root, mx.array(ids), mx.array(unary), hidden.astype(mx.float32)
+        )
+        return Lattice(ids.astype(np.int64), np.array(scores.astype(mx.float32)))
+
+    def _propose_from_lattice(self, root: int, depth: int) -> BlockCandidates:
+        """The selector's walk (``p_min`` may end it early; shorter than ``n_min``, there is
+        no draft), with every candidate's transition probabilities for wider trees."""
+        lattice = self.lattice(root, depth)
+        walk = lattice.walk_indices(self.p_min)
+        if len(walk) < max(1, self.n_min):
+            return BlockCandidates(np.zeros((0, 1), np.int64), np.zeros((0, 1), np.float32))
+        n = len(walk)
+        transitions = lattice.transitions()[:n]
+        previous = [0, *walk[:-1]]
+        probs = transitions[np.arange(n), previous]
+        return BlockCandidates(lattice.candidates[:n], probs, transitions=transitions)
 
     def propose(self, root: int, depth: int, top_k: int) -> BlockCandidates:
         """Top-k tokens and probabilities per position: on the device where kernels run
         (``kernels.candidates.topk``), else in numpy: MLX's CPU softmax evaluates ``exp``
         element by element (~17 ns each, 344k of them for 7 positions of a 49k vocabulary),
         numpy's is vectorised (~1 ns)."""
+        if self.model.config.reference_dflash2:
+            return self._propose_from_lattice(root, depth)
         block_logits = self.block_logits(root, depth)
         if live_executor() is not None:  # a GPU backend (or the emulator): top-k on the device
             ids, probs_mx = candidates.topk(block_logits, top_k)

@@ -52,7 +52,7 @@ class AcceptanceCalibrator:
         """``block`` with every candidate's estimate computed at once where kernels run
         (``kernels.candidates.path_scores``: the same cells and formula as ``estimate``, next
         to the drafter's output); elsewhere unchanged (the tree builder asks ``estimate``)."""
-        if live_executor() is None:
+        if live_executor() is None or block.transitions is not None:
             record("path_scores", kernel=False)
             return block
         hits, trials = self._arrays(source)
@@ -121,11 +121,27 @@ class AcceptanceCalibrator:
 
 @dataclass(frozen=True)
 class BlockCandidates:
-    """The drafter's top-k per block position: ``tokens[j]`` / ``probs[j]`` for depth j+1."""
+    """The drafter's top-k per block position: ``tokens[j]`` / ``probs[j]`` for depth j+1.
+
+    A drafter with a selector (llama.cpp's DFlash2) also gives ``transitions``: candidate j's
+    probability after candidate i of the position before, so a node's children are judged
+    after the token they follow; its first path, best child after best child, is then the
+    selector's own greedy walk."""
 
     tokens: np.ndarray  # [depth, k] int
     probs: np.ndarray  # [depth, k] float
     accept: np.ndarray | None = None  # [depth, k] calibrated estimates, where precomputed
+    transitions: np.ndarray | None = None  # [depth, k, k]; depth 1: every row after the root
+
+    def row(self, depth: int, parent: int | None) -> np.ndarray:
+        """The candidates' probabilities at ``depth`` after the token ``parent`` (None: the
+        root): the transition row of ``parent``'s candidate index, where it is one."""
+        if self.transitions is None:
+            return self.probs[depth - 1]
+        if depth == 1:
+            return self.transitions[0, 0]
+        hits = np.nonzero(self.tokens[depth - 2] == parent)[0] if parent is not None else []
+        return self.transitions[depth - 1, hits[0]] if len(hits) else self.probs[depth - 1]
 
 
 def build_tree(
@@ -160,15 +176,21 @@ def build_tree(
         # token, the best estimate of those proposing it.
         children: dict[int, tuple[float, float, str, dict | None]] = {}
         if block is not None and depth <= len(block.tokens):
-            row = zip(block.tokens[depth - 1], block.probs[depth - 1], strict=True)
-            for rank, (token, prob) in enumerate(row):
+            parent = tree.tokens[node] if node else None
+            probs = block.row(depth, parent)
+            ranked = sorted(range(len(probs)), key=lambda j: -float(probs[j]))
+            ceiling = 1.0  # with a selector: siblings keep its order (the walk comes first)
+            for rank in ranked:
+                token, prob = int(block.tokens[depth - 1][rank]), float(probs[rank])
                 if block.accept is not None:
                     a = float(block.accept[depth - 1, rank])
                 else:
-                    a = calibrator.estimate(block_source, depth, float(prob))
-                sub = level.get(int(token)) if level else None
-                if a > children.get(int(token), (-1.0,))[0]:
-                    children[int(token)] = (a, float(prob), block_source, sub)
+                    a = calibrator.estimate(block_source, depth, prob)
+                if block.transitions is not None:
+                    a = ceiling = min(a, ceiling)
+                sub = level.get(token) if level else None
+                if a > children.get(token, (-1.0,))[0]:
+                    children[token] = (a, prob, block_source, sub)
         for token, sub in (level or {}).items():
             a = calibrator.estimate("ngram", depth, NGRAM_PRIOR)
             if a > children.get(token, (-1.0,))[0]:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from engine_mlx.errors import EngineError, ModelLoadError
-from engine_mlx.library.hub import DRAFTER_ARCHITECTURE
+from engine_mlx.library.hub import is_drafter_config
 from engine_mlx.library.manifest import MANIFEST_NAME, partial_root, read_json, read_manifest
 from engine_mlx.models.loading import read_safetensors_header
 from engine_mlx.paths import models_dir
@@ -169,7 +169,7 @@ def describe(folder: Path) -> InstalledModel | None:
         config = read_config(folder)
     except ModelLoadError as exc:
         return _broken(common, repo_id, str(exc))
-    if DRAFTER_ARCHITECTURE in (config.get("architectures") or []):
+    if is_drafter_config(config):
         from engine_mlx.models.dflash import DFlashConfig
 
         try:

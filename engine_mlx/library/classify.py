@@ -11,7 +11,7 @@ from pathlib import Path
 
 from engine_mlx.errors import ModelLoadError
 from engine_mlx.library.catalog import mtp_tensors
-from engine_mlx.library.hub import DRAFTER_ARCHITECTURE, TARGET_EXTRA_FILES
+from engine_mlx.library.hub import TARGET_EXTRA_FILES, is_drafter_config
 from engine_mlx.models.dflash import DFlashConfig
 from engine_mlx.models.loading import check_safetensors, read_config, validate_model_folder
 
@@ -24,7 +24,7 @@ def classify_folder(folder: Path) -> tuple[str, list[Path]]:
             return "mtp", weights
         validate_model_folder(folder)  # raises the loader's own "config.json is missing"
     config = read_config(folder)
-    if DRAFTER_ARCHITECTURE in (config.get("architectures") or []):
+    if is_drafter_config(config):
         DFlashConfig.from_dict(config, f"{folder.name}/config.json")
         weights = sorted(folder.glob("*.safetensors"))
         if not weights:

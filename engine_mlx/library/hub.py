@@ -39,7 +39,14 @@ from engine_mlx.models.metadata import check_config
 DEFAULT_ENDPOINT = "https://huggingface.co"
 _SHA256 = re.compile(r"^[0-9a-fA-F]{64}$")
 _GIT_OID = re.compile(r"^[0-9a-fA-F]{40}$")
-DRAFTER_ARCHITECTURE = "DFlashDraftModel"
+DRAFTER_ARCHITECTURES = ("DFlashDraftModel", "DFlash2DraftModel")  # v1 / llama.cpp's DFlash2
+
+
+def is_drafter_config(config: dict) -> bool:
+    """A DFlash drafter's config.json (v1, or llama.cpp's DFlash2), not a model's."""
+    return any(a in DRAFTER_ARCHITECTURES for a in config.get("architectures") or [])
+
+
 ESTIMATE_CONTEXT = 8192
 """Memory estimates budget the context cache of an 8k-token conversation (or the model's
 whole context when it is shorter): enough to chat, without assuming the maximum."""
@@ -318,7 +325,7 @@ def inspect_repo(
     if "config.json" in root:
         with hub_errors(repo_id, endpoint, source.revision):
             config, raw = _read_remote_json(repo_id, "config.json", commit, endpoint, token)
-        if DRAFTER_ARCHITECTURE in (config.get("architectures") or []):
+        if is_drafter_config(config):
             plan = _drafter_plan(source, commit, endpoint, root, config)
         else:
             plan = _target_plan(source, commit, endpoint, root, config)

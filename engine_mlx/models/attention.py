@@ -175,3 +175,10 @@ class active:
 
     def __exit__(self, *exc: object) -> None:
         _state.active, _state.tree, _state.tree_executor = self._previous
+
+
+def block_causal_mask(context: int, length: int) -> mx.array:
+    """bool [length, context + length]: a block whose queries see all of the context and the
+    block's tokens up to their own (a drafter whose config asks for causal attention)."""
+    inside = np.tril(np.ones((length, length), dtype=bool))
+    return mx.array(np.concatenate([np.ones((length, context), dtype=bool), inside], axis=1))

@@ -13,9 +13,21 @@ from engine_mlx.models.target import TargetModel
 
 
 def random_dflash(
-    target: TargetModel, *, layers: int = 2, conv: int = 0, block: int = 6, seed: int = 0
+    target: TargetModel,
+    *,
+    layers: int = 2,
+    conv: int = 0,
+    block: int = 6,
+    seed: int = 0,
+    reference: bool = False,
 ) -> DFlashModel:
+    """``conv``: FlashChat's first variant's kernel; ``reference``: llama.cpp's DFlash2 with
+    a dynamic convolution (3 taps, groups of 16) and a selector (rank 8, top-4), all random
+    and non-zero."""
     spec = target.spec
+    dflash2 = {}
+    if reference:
+        dflash2 = dict(conv_kernel_size=3, conv_group_size=16, selector_rank=8, selector_top_k=4)
     cfg = DFlashConfig(
         hidden_size=spec.hidden_size,
         num_hidden_layers=layers,
@@ -29,12 +41,25 @@ def random_dflash(
         block_size=block,
         mask_token_id=0,
         local_conv_kernel=conv,
+        **dflash2,
     )
     mx.random.seed(seed)
     model = DFlashModel(cfg)
     if conv:
         for layer in model.layers:
             layer.local_conv.weight = 0.3 * mx.random.normal(layer.local_conv.weight.shape)
+    if reference:
+        for layer in model.layers:
+            for conv_module in (layer.attention_conv, layer.mlp_conv):
+                base = conv_module.base_kernel
+                conv_module.base_kernel = base + 0.3 * mx.random.normal(base.shape)
+                proj = conv_module.kernel_projection
+                proj.weight = 0.1 * mx.random.normal(proj.weight.shape)
+        selector = model.candidate_selector
+        for name in ("predecessor_codebook", "successor_codebook"):
+            setattr(selector, name, mx.random.normal(getattr(selector, name).shape))
+        gate = selector.hidden_projection
+        gate.weight = 0.5 * mx.random.normal(gate.weight.shape)
     mx.eval(model.parameters())
     return model
 

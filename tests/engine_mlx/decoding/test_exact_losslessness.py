@@ -154,6 +154,16 @@ def _block(context: Context, depth: int, k: int) -> BlockCandidates:
     return BlockCandidates(np.array(tokens), np.array(probs))
 
 
+def _selector_block(context: Context, depth: int, k: int) -> BlockCandidates:
+    """A DFlash2 selector's lattice: the same candidates, probabilities that depend on the
+    candidate before (``BlockCandidates.transitions``)."""
+    block = _block(context, depth, k)
+    rng = _rng(context, "lattice")
+    transitions = rng.dirichlet(np.ones(k), size=(depth, k)).astype(np.float32)
+    transitions[0, 1:] = transitions[0, 0]  # depth 1: every row follows the root
+    return BlockCandidates(block.tokens, transitions[:, 0], transitions=transitions)
+
+
 def chain_step(depth: int) -> StepMaker:
     """An MTP-like chain: one candidate per position."""
 
@@ -170,7 +180,9 @@ def chain_step(depth: int) -> StepMaker:
     return make
 
 
-def tree_step(width: int, depth: int, lookup: bool = False, plan: int | None = None) -> StepMaker:
+def tree_step(
+    width: int, depth: int, lookup: bool = False, plan: int | None = None, selector: bool = False
+) -> StepMaker:
     """A DFlash2-like tree from the real tree builder, optionally with prompt-lookup paths
     (the real n-gram index over the context) and cut to ``plan`` nodes (a length plan)."""
 
@@ -185,7 +197,7 @@ def tree_step(width: int, depth: int, lookup: bool = False, plan: int | None = N
             AcceptanceCalibrator(),
             width=width,
             max_depth=depth,
-            block=_block(context, depth, max(width, 2)),
+            block=(_selector_block if selector else _block)(context, depth, max(width, 2)),
             ngram_paths=paths,
         )
         return tree.truncated(plan) if plan is not None else tree
@@ -257,13 +269,14 @@ SCHEDULES: dict[str, list[StepMaker]] = {
     "dflash2 width 1": [tree_step(1, 3)],
     "dflash2 width 3": [tree_step(3, 2)],
     "dflash2 with lookup": [tree_step(2, 3, lookup=True)],
+    "dflash2 with a selector": [tree_step(2, 3, selector=True)],
     "auto: modes and lengths change": [
         plain_step,
         tree_step(3, 3, plan=4),
         chain_step(2),
         plain_step,
         tree_step(2, 3, lookup=True, plan=2),
-        tree_step(2, 2),
+        tree_step(2, 2, selector=True),
     ],
 }
 

@@ -58,6 +58,15 @@ def test_drafter_and_mtp_files(library: Path, companions) -> None:
     assert head.name == "tiny-mtp"
 
 
+def test_a_llama_cpp_dflash2_drafter_folder_is_a_drafter(library: Path, tiny_target, tmp_path):
+    from engine_mlx.models.dflash import save_dflash
+    from tests.support.drafters import random_dflash
+
+    folder = save_dflash(random_dflash(tiny_target("qwen3"), reference=True), tmp_path / "d2")
+    installed = add(LocalFolder(folder), library)
+    assert [m.kind for m in list_installed(library) if m.name == installed.name] == ["drafter"]
+
+
 def test_model_weights_are_not_an_mtp_head(library: Path, tiny_model_dir) -> None:
     with pytest.raises(SourceError, match="not an MTP head"):
         add(SafetensorsFiles((tiny_model_dir("qwen3") / "model.safetensors",)), library)
