@@ -9,7 +9,9 @@ run: $(STAMP)
 	$(PY) -m engine_mlx demo
 	$(PY) -m app
 
+# llama.cpp's server (the DFlash2 parity tests run against it) is built once, ~7 min.
 test: $(STAMP)
+	bash scripts/build_llama_cpp.sh
 	QT_QPA_PLATFORM=offscreen FLASHCHAT_REQUIRE_ASSETS=1 $(PY) -m pytest
 
 # The edit-test loop: everything but the tests marked slow (the real demo model, sampled

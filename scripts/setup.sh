@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up everything FlashChat needs on a fresh machine: system libraries (Linux: OpenBLAS and
 # BLIS for fast fp32 matmuls on MLX's CPU backend, the X/xcb libraries Qt needs, Xvfb for
-# screenshots, g++ for the small-batch product and the kernel emulator; it brings
+# screenshots, g++ for the small-batch product and the kernel emulator (and, with cmake, for
+# llama.cpp, which `make test` builds: scripts/build_llama_cpp.sh); g++ brings
 # ThreadSanitizer's runtime, libtsan), MKL from PyPI on x86-64 Linux (the engine times the
 # three once and uses the fastest; see engine_mlx/blas.py),
 # a virtual environment at .venv with the project and its test tools, and the bundled models
@@ -14,7 +15,7 @@ cd "$(dirname "$0")/.."
 APT_PACKAGES=(libopenblas0-pthread libblis4-pthread xvfb libxcb-icccm4 libxcb-keysyms1 libxcb-cursor0
   libxcb-image0 libxcb-render-util0 libxcb-shape0 libxcb-xinerama0 libxcb-randr0
   libxkbcommon0 libxkbcommon-x11-0 libegl1 libgl1 libfontconfig1 libdbus-1-3 fonts-dejavu-core
-  g++)
+  g++ cmake)
 
 if [[ "$(uname -s)" == "Linux" ]] && command -v dpkg >/dev/null; then
   missing=()

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One virtual environment per public MLX DFlash implementation, for `bench --suite`.
+# One virtual environment per public MLX DFlash implementation, for `bench --suite`, and
+# llama.cpp's llama-server and llama-bench built from source (the peer with DFlash2).
 #
 # Why separate environments: the three packages pin different MLX / mlx-lm versions and two
 # of them install a console command named `dflash`, so they cannot share our venv (nor each
@@ -59,6 +60,9 @@ setup_env() {
 for entry in "${envs[@]}"; do
   setup_env "${entry%%|*}" "${entry#*|}"
 done
+
+# llama.cpp (the peer with DFlash2): its own script, which `make test` runs too.
+"$repo/scripts/build_llama_cpp.sh" "$dir/llama.cpp"
 
 if ! "$python" -c "import ctypes, ctypes.util, sys; n = ctypes.util.find_library('openblas'); sys.exit(0 if n else 1)"; then
   echo "warning: OpenBLAS not found; runners will use MLX's slow bundled BLAS." >&2

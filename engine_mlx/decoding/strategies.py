@@ -292,7 +292,9 @@ class Speculative:
         if self.drafter is not None:
             self.drafter.catch_up()
         t0 = time.perf_counter()
-        tree = self.propose(root, max_depth=min(self.block_size - 1, limit - 1))
+        # The whole block, as the drafter was trained and as llama.cpp drafts it, then cut to
+        # what the reply has left: a shorter block (bidirectional inside) drafts otherwise.
+        tree = self.propose(root, max_depth=self.block_size - 1).within_depth(limit - 1)
         t1 = time.perf_counter()
         prefix = self.target.cache_length(self.cache)
         plan, proposed = None, tree

@@ -66,6 +66,19 @@ class CandidateTree:
             children=[{t: c for t, c in kids.items() if c < keep} for kids in self.children[:keep]],
         )
 
+    def within_depth(self, depth: int) -> CandidateTree:
+        """The nodes at most ``depth`` below the root, in their order."""
+        if max(self.depths) <= depth:
+            return self
+        out, kept = CandidateTree.rooted(self.tokens[0]), {0: 0}
+        for i in range(1, len(self)):
+            if self.depths[i] <= depth:
+                parent = kept[self.parents[i]]
+                kept[i] = out.add(
+                    parent, self.tokens[i], self.probs[i], self.sources[i], self.scores[i]
+                )
+        return out
+
     @property
     def width(self) -> int:
         """Root-to-leaf paths (leaves), at least 1."""

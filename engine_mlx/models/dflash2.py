@@ -96,9 +96,9 @@ class Lattice:
     def walk_indices(self, p_min: float = 0.0) -> list[int]:
         out, previous = [], 0
         for row in self.scores:
-            s = row[previous].astype(np.float64)
+            s = row[previous].astype(np.float32)
             j = int(np.argmax(s))
-            if p_min > 0.0 and 1.0 / np.exp(s - s[j]).sum() < p_min:
+            if p_min > 0.0 and confidence(s, j) < np.float32(p_min):
                 break
             out.append(j)
             previous = j
@@ -110,6 +110,15 @@ class Lattice:
         s = self.scores.astype(np.float64)
         e = np.exp(s - s.max(axis=-1, keepdims=True))
         return (e / e.sum(axis=-1, keepdims=True)).astype(np.float32)
+
+
+def confidence(scores: np.ndarray, chosen: int) -> np.float32:
+    """The chosen candidate's softmax among the row's scores, in float32 and summed in
+    candidate order as llama.cpp's walk does (a cut at ``p_min`` is then the same cut)."""
+    total = np.float32(0.0)
+    for value in scores:
+        total += np.exp(np.float32(value - scores[chosen]), dtype=np.float32)
+    return np.float32(1.0) / total
 
 
 def top_candidates(logits: np.ndarray, k: int) -> np.ndarray:

@@ -244,3 +244,28 @@ def test_a_repetition_penalty_is_lossless_in_every_mode(arch, tiny_target, monke
     modes = (Mode.AR, Mode.DFLASH2, Mode.MTP)  # a change of mode at every step
     drive_auto(monkeypatch, lambda k: cheap, lambda k, current: modes[k % 3])
     assert _tokens(session, ids, max_tokens=24, mode="auto", width=2, sampling=greedy) == plain
+
+
+def test_the_last_steps_draft_the_whole_block_and_keep_what_the_reply_has_left(
+    tiny_target, monkeypatch
+):
+    """A shorter block drafts otherwise (its masks attend to each other), so the end of a
+    reply drafts the block it was trained on and verifies only what still fits, as llama.cpp
+    does."""
+    target = tiny_target("llama")
+    oracle = OracleDrafter(target, block_size=5)
+    depths: list[int] = []
+    propose = oracle.propose
+
+    def recording(root: int, depth: int, top_k: int):
+        depths.append(depth)
+        return propose(root, depth, top_k)
+
+    monkeypatch.setattr(oracle, "propose", recording)
+    ids = target.tokenizer.encode(PROMPT)
+    config = GenerationConfig(max_tokens=13, mode="dflash2", lookup=False, ignore_eos=True)
+    events = list(Session(target, oracle).generate(ids, config))
+    steps = [e.step for e in events if type(e).__name__ == "Tokens"]
+    assert sum(s.committed for s in steps) == 13
+    assert set(depths) == {4}
+    assert [s.drafted for s in steps[1:]] == [4, 4, 1]  # 1 + 5 + 5, then 2 left: one draft
