@@ -32,7 +32,9 @@ def add_sampling(p: argparse.ArgumentParser) -> None:
 
 
 def add_speculation(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--drafter", type=Path, default=None, help="DFlash drafter folder")
+    p.add_argument(
+        "--drafter", type=Path, default=None, help="DFlash drafter folder, or a drafter .gguf"
+    )
     p.add_argument("--width", type=int, default=1, help="candidate paths per step (1-8)")
     p.add_argument("--block", type=int, default=None, help="draft block size (default: drafter's)")
     p.add_argument(

@@ -194,3 +194,22 @@ def test_the_export_drafter_command(tiny_target, tokenizer_gguf, tmp_path, capsy
     first = save_dflash(random_dflash(target, conv=4), tmp_path / "first")
     assert main(["export-drafter", str(first), "--out", str(out), "--format", "hf"]) == 2
     assert "first DFlash2 variant" in capsys.readouterr().err
+
+
+def test_generate_takes_a_drafter_gguf(
+    tiny_target, tiny_model_dir, tokenizer_gguf, tmp_path, capsys
+):
+    import json
+
+    from engine_mlx.cli import main
+
+    gguf = write_drafter_gguf(
+        random_dflash(tiny_target("qwen3"), reference=True), tmp_path / "d.gguf", tokenizer_gguf
+    )
+    outs = []
+    for extra in ([], ["--drafter", str(gguf), "--mode", "dflash2"]):
+        args = ["generate", "--model", str(tiny_model_dir("qwen3")), "--prompt", "Hi"]
+        assert main([*args, "--max-tokens", "12", "--json", *extra]) == 0
+        outs.append(json.loads(capsys.readouterr().out.splitlines()[-1]))
+    assert outs[0]["tokens"] == outs[1]["tokens"]
+    assert outs[1]["stats"]["drafted"] > 0
