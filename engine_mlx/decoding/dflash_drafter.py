@@ -194,8 +194,8 @@ class DFlashDrafter:
         """The selector's walk (``p_min`` may end it early; shorter than ``n_min``, there is
         no draft), with every candidate's transition probabilities for wider trees."""
         lattice = self.lattice(root, depth)
-        walk = lattice.walk_indices(self.p_min)
-        if len(walk) < max(1, self.n_min):
+        walk = lattice.walk_indices(self.n_min, self.p_min)
+        if not walk:
             return BlockCandidates(np.zeros((0, 1), np.int64), np.zeros((0, 1), np.float32))
         n = len(walk)
         transitions = lattice.transitions()[:n]

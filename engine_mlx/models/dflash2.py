@@ -89,11 +89,11 @@ class Lattice:
         """llama.cpp's draft: from the anchor, the best-scoring candidate after the one
         chosen before (the first on ties); stop where its softmax among the k scores falls
         below ``p_min``; nothing when shorter than ``n_min``."""
-        chosen = self.walk_indices(p_min)
-        tokens = [int(self.candidates[t, j]) for t, j in enumerate(chosen)]
-        return tokens if len(tokens) >= n_min else []
+        chosen = self.walk_indices(n_min, p_min)
+        return [int(self.candidates[t, j]) for t, j in enumerate(chosen)]
 
-    def walk_indices(self, p_min: float = 0.0) -> list[int]:
+    def walk_indices(self, n_min: int = 0, p_min: float = 0.0) -> list[int]:
+        """``walk``'s candidate indices, position by position."""
         out, previous = [], 0
         for row in self.scores:
             s = row[previous].astype(np.float32)
@@ -102,7 +102,7 @@ class Lattice:
                 break
             out.append(j)
             previous = j
-        return out
+        return out if len(out) >= n_min else []
 
     def transitions(self) -> np.ndarray:
         """[N, k, k] softmax of each row: the selector's confidence in candidate j after
