@@ -1,4 +1,5 @@
-"""``python -m app [--model DIR]``: open FlashChat (the demo model by default)."""
+"""``python -m app [--model DIR]``: open FlashChat (the demo model by default).
+``python -m app export|import …``: the history in and out, without a window."""
 
 from __future__ import annotations
 
@@ -11,6 +12,11 @@ from engine_mlx.version import version
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in ("export", "import"):
+        from app.transfer.cli import main as transfer
+
+        return transfer(argv)
     parser = argparse.ArgumentParser(prog="flashchat")
     parser.add_argument("--model", default="", help="model folder (default: the demo model)")
     parser.add_argument("--drafter", default="", help="DFlash drafter folder")

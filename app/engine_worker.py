@@ -200,6 +200,7 @@ class EngineWorker(QObject):
             block_size=block,
             policy="threshold" if threshold > 0 else "expected",
             auto_threshold=threshold or 4096,
+            loop_guard=bool(settings.get("loop_guard", False)),
         )
 
     def _stream(self, events: Iterator[Event]) -> None:

@@ -46,6 +46,7 @@ from app.connect_dialog import ConnectDialog
 from app.download_worker import LibraryWorker
 from app.engine_worker import EngineWorker
 from app.first_run import NoModelPanel, has_any_model
+from app.history_transfer import HistoryTransfer
 from app.local_server import LocalServer
 from app.messages import LiveUpdate, ModelInfo
 from app.settings_dialog import SettingsDialog
@@ -71,6 +72,20 @@ from engine_mlx.modes import Mode, fallback
 from engine_mlx.remote import Endpoint
 from engine_mlx.version import version
 
+
+def reply_record(model: ModelInfo | None, settings: dict) -> dict:
+    """What a reply was asked of, kept with its statistics (and so in exports): the model,
+    its companions, the requested mode and the sampling."""
+    sampling = ("temperature", "top_p", "top_k", "repetition_penalty", "max_tokens")
+    return {
+        "model": model.name if model else "",
+        "drafter": model.drafter if model else "",
+        "mtp_head": model.mtp if model else "",
+        "requested_mode": str(settings.get("mode", "")),
+        "sampling": {key: settings[key] for key in sampling if key in settings},
+    }
+
+
 ICON = Path(__file__).resolve().parents[1] / "resources" / "icons" / "flashchat.svg"
 CONTEXT_WARNING = 0.9  # warn when the conversation fills this share of the context
 
@@ -94,6 +109,8 @@ class MainWindow(QMainWindow):
         self.available_modes: list[str] = []
         self.first_run: NoModelPanel | None = None
         self._overrides: dict = {}  # generation settings not saved (``ask_and_quit``)
+        self._loaded: ModelInfo | None = None
+        self._reply_record: dict = {}  # what the reply being generated was asked of (stats)
         self._backend_summary = ""  # the status bar's resting message once a model is loaded
         self._build_ui()
         if self.store.is_temporary:
@@ -107,7 +124,7 @@ class MainWindow(QMainWindow):
         if not model_path and not has_any_model():
             self._show_first_run()
         else:
-            self.model_bar.status.setText("Loading model…")
+            self.model_bar.set_status("Loading model…")
             self.request_load.emit(model_path, drafter_path)
 
     # ---------------------------------------------------------------- history file
@@ -247,6 +264,8 @@ class MainWindow(QMainWindow):
         splitter.addWidget(center)
         splitter.addWidget(self.panel)
         splitter.setStretchFactor(1, 1)
+        splitter.setCollapsible(1, False)
+        splitter.setCollapsible(2, False)  # the speed panel stays, however narrow the window
         splitter.setSizes([220, 760, 300])
         self.setCentralWidget(splitter)
 
@@ -279,6 +298,10 @@ class MainWindow(QMainWindow):
         QShortcut(QKeySequence.StandardKey.Paste, self, activated=self.paste_source)
         self.model_bar.library_requested.connect(self.open_library)
         self.model_bar.connect_requested.connect(self.open_connect)
+        self.transfer = HistoryTransfer(self, lambda: self.store, lambda: self.conversation_id)
+        self.transfer.notice.connect(lambda text: self.statusBar().showMessage(text, 8000))
+        self.transfer.imported.connect(self._on_imported)
+        self.conversations.export_requested.connect(self.transfer.ask_export)
         about = self.menuBar().addMenu("&Help").addAction("About FlashChat")
         about.setMenuRole(QAction.MenuRole.AboutRole)  # macOS: in the application menu
         about.triggered.connect(self.show_about)
@@ -369,7 +392,7 @@ class MainWindow(QMainWindow):
     def _show_first_run(self) -> None:
         """No model anywhere: explain, and offer the demo model or a file (the library
         installs it; ``_on_library_changed`` loads it)."""
-        self.model_bar.status.setText("No model installed")
+        self.model_bar.set_status("No model installed")
         self.first_run = NoModelPanel(self)
         self.first_run.download_requested.connect(self._install_text)
         self.first_run.file_chosen.connect(self._install_path)
@@ -395,7 +418,7 @@ class MainWindow(QMainWindow):
                 self.first_run.hide()
                 self.first_run = None
                 self.chat.show()
-                self.model_bar.status.setText("Loading model…")
+                self.model_bar.set_status("Loading model…")
                 self._load(self.model_bar.target_box.itemData(0), "")
                 return
         bar = self.model_bar
@@ -476,7 +499,9 @@ class MainWindow(QMainWindow):
         self.send_button.setEnabled(False)
         self.stop_button.setEnabled(True)
         self.chat.start_assistant()
-        self.request_generate.emit(history, self._generation_settings())
+        settings = self._generation_settings()
+        self._reply_record = reply_record(self._loaded, settings)
+        self.request_generate.emit(history, settings)
 
     def _generation_settings(self) -> dict:
         s = asdict(self.settings) | self._overrides
@@ -629,6 +654,11 @@ class MainWindow(QMainWindow):
         with self._storage():
             save_settings(self.store, self.settings)
 
+    def _on_imported(self, ids: list[int]) -> None:
+        self.conversations.refresh()
+        if ids and not self.generating:
+            self.conversations.select(ids[0])
+
     def _on_deleted(self, conversation_id: int) -> None:
         if conversation_id == self.conversation_id:
             self.new_chat()
@@ -636,6 +666,7 @@ class MainWindow(QMainWindow):
     # ------------------------------------------------------------- worker events
     @Slot(object)
     def _on_loaded(self, info: ModelInfo) -> None:
+        self._loaded = info
         self.available_modes = list(info.modes)
         self.max_context = info.max_context
         self.model_bar.show_loaded(info)
@@ -670,7 +701,7 @@ class MainWindow(QMainWindow):
     @Slot(object)
     def _on_finished(self, event: Finished) -> None:
         self.generating = False
-        stats = {**event.stats.to_json(), "reason": event.reason}
+        stats = {**event.stats.to_json(), "reason": event.reason, **self._reply_record}
         if not math.isfinite(stats["tau"]):  # a remote server that does not report it
             stats["tau"] = None
         message_id = -1
@@ -719,7 +750,7 @@ class MainWindow(QMainWindow):
         self.stop_button.setEnabled(False)
         self.send_button.setEnabled(bool(self.available_modes))
         if not self.available_modes:
-            self.model_bar.status.setText("No model loaded")
+            self.model_bar.set_status("No model loaded")
 
     def _update_context(self, depth: int) -> None:
         if self.max_context <= 0:

@@ -48,6 +48,13 @@ class SettingsDialog(QDialog):
         self.colour_draft = QCheckBox("Tint text that came from accepted draft tokens", self)
         self.colour_draft.setAccessibleName("Colour drafted tokens")
         self.colour_draft.setChecked(settings.colour_draft_tokens)
+        self.loop_guard = QCheckBox("Stop a reply that keeps repeating itself", self)
+        self.loop_guard.setAccessibleName("Loop guard")
+        self.loop_guard.setChecked(settings.loop_guard)
+        self.loop_guard.setToolTip(
+            'A reply that repeats one short cycle of tokens ("0, 0, 0, …") for over a hundred '
+            "tokens stops there, with a note under it, instead of running to the token limit."
+        )
         self.serve = QCheckBox("Serve on localhost (an OpenAI-compatible API)", self)
         self.serve.setAccessibleName("Serve on localhost")
         self.serve.setChecked(settings.serve_enabled)
@@ -65,6 +72,7 @@ class SettingsDialog(QDialog):
             ("Top-k", self.top_k),
             ("Repetition penalty", self.repetition_penalty),
             ("Max tokens", self.max_tokens),
+            ("Loops", self.loop_guard),
             ("System prompt", self.system_prompt),
             ("Draft width", self.draft_width),
             ("Block size", self.block_size),
@@ -105,6 +113,7 @@ class SettingsDialog(QDialog):
             top_k=self.top_k.value(),
             repetition_penalty=self.repetition_penalty.value(),
             max_tokens=self.max_tokens.value(),
+            loop_guard=self.loop_guard.isChecked(),
             system_prompt=self.system_prompt.toPlainText().strip(),
             draft_width=self.draft_width.value(),
             block_size=self.block_size.value(),

@@ -19,7 +19,7 @@ import json
 import math
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -28,7 +28,7 @@ from typing import Any
 from engine_mlx.modes import Mode, parse_mode
 from engine_mlx.paths import user_data_dir
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 DEFAULT_TITLE = "New chat"
 MAX_TITLE_CHARS = 200
 ROLES = ("system", "user", "assistant")
@@ -55,6 +55,8 @@ _SCHEMA_V1 = (
     "CREATE INDEX messages_conversation ON messages (conversation_id, id)",
     "CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
 )
+# v2: a reply's reasoning (a thinking model's text before its answer), kept beside the answer.
+_UPGRADES = {2: ("ALTER TABLE messages ADD COLUMN reasoning TEXT",)}
 
 # An external-content index kept in step by triggers (cascade deletes fire them too). It is
 # derived data: dropped triggers are recreated and the index rebuilt on the next FTS5 open.
@@ -99,6 +101,7 @@ class Message:
     content: str
     created_at: float
     stats: dict | None
+    reasoning: str | None = None
 
 
 def fts5_available() -> bool:
@@ -117,6 +120,35 @@ def clean_title(title: str) -> str:
     """One line of at most 200 characters, so the sidebar stays readable; never empty."""
     title = " ".join(title.split())[:MAX_TITLE_CHARS].rstrip()
     return title or DEFAULT_TITLE
+
+
+@dataclass(frozen=True)
+class MessageRecord:
+    role: str
+    content: str
+    created_at: float
+    stats: dict | None = None
+    reasoning: str | None = None
+
+
+@dataclass(frozen=True)
+class ConversationRecord:
+    """A whole conversation with its own times: what an import writes (``add_conversations``)
+    and an export reads (``conversation_record``)."""
+
+    title: str
+    created_at: float
+    updated_at: float
+    messages: tuple[MessageRecord, ...]
+
+
+def _check_message(role: str, content: str, reasoning: str | None) -> None:
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {', '.join(ROLES)}, not {role!r}")
+    if not isinstance(content, str):
+        raise TypeError(f"content must be str, not {type(content).__name__}")
+    if reasoning is not None and not isinstance(reasoning, str):
+        raise TypeError(f"reasoning must be str or None, not {type(reasoning).__name__}")
 
 
 def _decode_text(raw: bytes) -> str:
@@ -203,10 +235,15 @@ class ConversationStore:
             self._conn.execute("PRAGMA foreign_keys = ON")
             with self._transaction() as conn:
                 # Read again under the write lock: another FlashChat may have just created it.
-                if conn.execute("PRAGMA user_version").fetchone()[0] == 0:
+                found = conn.execute("PRAGMA user_version").fetchone()[0]
+                if found == 0:
                     for statement in _SCHEMA_V1:
                         conn.execute(statement)
-                    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                    found = 1
+                for version in range(found + 1, SCHEMA_VERSION + 1):
+                    for statement in _UPGRADES[version]:
+                        conn.execute(statement)
+                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                 self._sync_fts_triggers()
             row = self._conn.execute("SELECT max(updated_at) FROM conversations").fetchone()
             self._last_time = row[0] or 0.0
@@ -335,36 +372,90 @@ class ConversationStore:
     # Messages
 
     def add_message(
-        self, conversation_id: int, role: str, content: str, stats: dict | None = None
+        self,
+        conversation_id: int,
+        role: str,
+        content: str,
+        stats: dict | None = None,
+        reasoning: str | None = None,
     ) -> Message:
         """Committed before returning; bumps the conversation's updated_at."""
-        if role not in ROLES:
-            raise ValueError(f"role must be one of {', '.join(ROLES)}, not {role!r}")
-        if not isinstance(content, str):
-            raise TypeError(f"content must be str, not {type(content).__name__}")
+        _check_message(role, content, reasoning)
         stats_text = _dump_stats(stats)
         with self._transaction() as conn:
             self._require_conversation(conversation_id)
             now = self._now()
             cursor = conn.execute(
-                "INSERT INTO messages (conversation_id, role, content, created_at, stats) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (conversation_id, role, content, now, stats_text),
+                "INSERT INTO messages (conversation_id, role, content, created_at, stats, "
+                "reasoning) VALUES (?, ?, ?, ?, ?, ?)",
+                (conversation_id, role, content, now, stats_text, reasoning),
             )
             self._touch(conversation_id)
         # Stats come back through JSON, exactly as messages() will return them later.
         stats = _load_stats(stats_text)
-        return Message(cursor.lastrowid, conversation_id, role, content, now, stats)
+        return Message(cursor.lastrowid, conversation_id, role, content, now, stats, reasoning)
 
     def messages(self, conversation_id: int) -> list[Message]:
         """In the order they were added."""
         with self._guard("could not be read"):
             rows = self._conn.execute(
-                "SELECT id, conversation_id, role, content, created_at, stats FROM messages "
-                "WHERE conversation_id = ? ORDER BY id",
+                "SELECT id, conversation_id, role, content, created_at, stats, reasoning "
+                "FROM messages WHERE conversation_id = ? ORDER BY id",
                 (conversation_id,),
             ).fetchall()
-        return [Message(*row[:5], _load_stats(row[5])) for row in rows]
+        return [Message(*row[:5], _load_stats(row[5]), row[6]) for row in rows]
+
+    def conversation(self, conversation_id: int) -> Conversation:
+        """KeyError when there is none."""
+        with self._guard("could not be read"):
+            row = self._conn.execute(
+                "SELECT id, title, created_at, updated_at FROM conversations WHERE id = ?",
+                (conversation_id,),
+            ).fetchone()
+        if row is None:
+            raise KeyError(f"no conversation {conversation_id}")
+        return Conversation(*row)
+
+    def conversation_record(self, conversation_id: int) -> ConversationRecord:
+        """The conversation and its messages, as an export writes them (KeyError if none)."""
+        conv = self.conversation(conversation_id)
+        messages = tuple(
+            MessageRecord(m.role, m.content, m.created_at, m.stats, m.reasoning)
+            for m in self.messages(conversation_id)
+        )
+        return ConversationRecord(conv.title, conv.created_at, conv.updated_at, messages)
+
+    def add_conversations(self, conversations: Sequence[ConversationRecord]) -> list[int]:
+        """Writes whole conversations with their own titles and times (an import), all in one
+        transaction: either every one is added or none is. Returns the new ids."""
+        for conv in conversations:
+            for msg in conv.messages:
+                _check_message(msg.role, msg.content, msg.reasoning)
+        ids = []
+        with self._transaction() as conn:
+            for conv in conversations:
+                cursor = conn.execute(
+                    "INSERT INTO conversations (title, created_at, updated_at) VALUES (?, ?, ?)",
+                    (clean_title(conv.title), conv.created_at, conv.updated_at),
+                )
+                ids.append(cursor.lastrowid)
+                conn.executemany(
+                    "INSERT INTO messages (conversation_id, role, content, created_at, stats, "
+                    "reasoning) VALUES (?, ?, ?, ?, ?, ?)",
+                    [
+                        (
+                            cursor.lastrowid,
+                            m.role,
+                            m.content,
+                            m.created_at,
+                            _dump_stats(m.stats),
+                            m.reasoning,
+                        )
+                        for m in conv.messages
+                    ],
+                )
+        self._last_time = max([self._last_time, *(c.updated_at for c in conversations)])
+        return ids
 
     def delete_messages_from(self, conversation_id: int, message_id: int) -> None:
         """Deletes that message and every later one in the conversation (regenerate, edit)."""
@@ -427,6 +518,7 @@ class AppSettings:
     top_k: int = 20
     repetition_penalty: float = 1.05
     max_tokens: int = 1024
+    loop_guard: bool = True  # stop a reply that repeats one short cycle (engine's loop guard)
     system_prompt: str = "You are a helpful assistant."
     draft_width: int = 2
     block_size: int = 0  # 0 = the drafter's own

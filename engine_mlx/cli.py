@@ -46,6 +46,13 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--mode", default=Mode.AR.value, choices=[m.value for m in Mode])
     add_speculation(gen)
     gen.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    gen.add_argument(
+        "--loop-guard",
+        choices=["on", "off"],
+        default="off",
+        help="on: stop a reply that keeps repeating one short cycle of tokens (reason "
+        "'repetition'); the tokens before the stop are unchanged",
+    )
     gen.add_argument("--system", default=None, help="system prompt (chat only)")
     tpl = gen.add_mutually_exclusive_group()
     tpl.add_argument("--chat", dest="chat", action="store_true", default=None)
@@ -87,7 +94,32 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--suite", default=None, choices=["standard", "reduced"], help="modes x depths x categories"
     )
-    bench.add_argument("--categories", default=None, help="suite: comma list of math,code,prose")
+    bench.add_argument(
+        "--categories",
+        default=None,
+        help="suite: comma list of math,code,prose; acceptance: of the prompt set's categories",
+    )
+    bench.add_argument(
+        "--acceptance",
+        action="store_true",
+        help="tau, acceptance and tok/s of every mode on the held-out conversations, greedy "
+        "and sampled at the app's defaults",
+    )
+    bench.add_argument(
+        "--prompts",
+        type=Path,
+        default=None,
+        help="acceptance: a JSONL prompt set (default: resources/bench/heldout.jsonl)",
+    )
+    bench.add_argument(
+        "--temp",
+        type=float,
+        default=None,
+        help="acceptance: 0 = greedy only, T = sampled at T only (default: both, at 0.7)",
+    )
+    bench.add_argument(
+        "--seeds", type=int, default=3, help="acceptance: sampled replies per prompt and mode"
+    )
     bench.add_argument(
         "--plot-out",
         type=Path,
@@ -175,6 +207,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "bench":
             if args.repeats is not None and args.repeats < 1:
                 raise EngineError("--repeats must be at least 1")
+            if args.acceptance:
+                from engine_mlx.bench.acceptance import run_acceptance
+
+                return run_acceptance(args)
             if args.suite:
                 from engine_mlx.bench.suite import run_suite
 
@@ -337,7 +373,11 @@ def _generate(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise EngineError(str(exc)) from exc
     config = config_from_args(
-        args, sampling=sampling, stop_strings=tuple(args.stop), mode=args.mode
+        args,
+        sampling=sampling,
+        stop_strings=tuple(args.stop),
+        mode=args.mode,
+        loop_guard=args.loop_guard == "on",
     )
     cancel = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda *_: cancel.set())

@@ -34,6 +34,7 @@ class GenerationConfig:
     policy: str = "expected"
     auto_threshold: int = 4096  # the threshold policy's switch depth
     mtp_steps: int | None = None  # tokens an MTP head drafts per step (1-4); None: the head's
+    loop_guard: bool = False  # stop a reply that repeats one short cycle (``decoding.loop_guard``)
 
     def validate(self) -> Mode:
         """Raises EngineError naming the first bad field; returns the mode as a ``Mode``."""

@@ -53,7 +53,8 @@ class ModeSwitch:
 
 @dataclass(frozen=True)
 class Finished:
-    """``reason``: eos, max_tokens, stop_string, context_full or cancelled."""
+    """``reason``: eos, max_tokens, stop_string, repetition (the loop guard), context_full or
+    cancelled."""
 
     reason: str
     text: str

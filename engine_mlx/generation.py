@@ -19,6 +19,7 @@ from engine_mlx.backend import backend_info
 from engine_mlx.chat import IncrementalDetokenizer, StopStringFilter
 from engine_mlx.config import GenerationConfig
 from engine_mlx.decoding.acceptance import replay
+from engine_mlx.decoding.loop_guard import LoopGuard
 from engine_mlx.decoding.ngram import NGramIndex
 from engine_mlx.decoding.sampling import Sampler
 from engine_mlx.decoding.strategies import Drafter, Strategy
@@ -102,6 +103,8 @@ class Generation:
         self.strategies: dict[Mode, Strategy] = {}
         self.detok = IncrementalDetokenizer(self.target.tokenizer)
         self.stops = StopStringFilter(config.stop_strings)
+        self.loop_guard = LoopGuard() if config.loop_guard else None
+        self.looped = False
         self.text_parts: list[str] = []
         self.tokens: list[int] = []
         self.depth = len(prompt)
@@ -263,6 +266,9 @@ class Generation:
         hit_eos = next((i for i, t in enumerate(new) if t in self.eos), None)
         if hit_eos is not None:
             new = new[:hit_eos]
+        looped = self.loop_guard.feed(new) if self.loop_guard is not None else None
+        if looped is not None:
+            new, self.looped = new[: looped + 1], True
         self.tokens.extend(new)
         self.depth += len(new)
         self._judge_drafts()
@@ -314,6 +320,8 @@ class Generation:
     def _stop_reason(self, hit_eos: bool) -> str:
         if hit_eos:
             return "eos"
+        if self.looped:
+            return "repetition"
         if self.stops.stopped:
             return "stop_string"
         if len(self.tokens) >= self.config.max_tokens:

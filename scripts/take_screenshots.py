@@ -2,6 +2,8 @@
 
     xvfb-run -s "-screen 0 1280x800x24" .venv/bin/python scripts/take_screenshots.py OUT_DIR
 
+``--width 1024`` (on a screen at least as wide) shows the window at a smaller laptop's width.
+
 Opens FlashChat on the demo model (and a drafter, if ``--drafter`` is given), grabs the screen
 empty, then mid-reply with the speed panel live.
 
@@ -152,6 +154,7 @@ def main() -> int:
     parser.add_argument(
         "--prompt", default="Explain what speculative decoding is, with a short Python example."
     )
+    parser.add_argument("--width", type=int, default=1280, help="window width in pixels")
     parser.add_argument("--library", action="store_true", help="library.png: a download")
     parser.add_argument("--library-repo", default=DEMO.hub_repo)
     parser.add_argument("--library-speed", type=float, default=6e6, help="bytes/s served")
@@ -166,7 +169,7 @@ def main() -> int:
     app = QApplication(sys.argv[:1])
     db = Path(tempfile.mkdtemp()) / "screens.sqlite3"
     win = MainWindow(args.model, args.drafter, db_path=db)
-    win.setGeometry(0, 0, 1280, 800)
+    win.setGeometry(0, 0, args.width, 800)
     win.show()
     driver = Driver(app, win, args)
     win.worker.model_loaded.connect(driver.on_loaded)

@@ -22,11 +22,10 @@ from PySide6.QtCore import QEvent, QTimer, QUrl, Signal, Slot
 from PySide6.QtGui import QDesktopServices, QTextCursor
 from PySide6.QtWidgets import QApplication, QTextBrowser, QVBoxLayout, QWidget
 
+from app.stats_line import format_stats
 from app.widgets.markdown_render import Theme, code_blocks, render_markdown
-from engine_mlx.modes import mode_label
 
 SCHEME = "flashchat"
-REASON_NOTES = {"cancelled": "stopped", "context_full": "context full", "max_tokens": "max tokens"}
 ROLE_LABELS = {"user": "You", "assistant": "Assistant"}
 LIVE = "live"
 
@@ -36,36 +35,6 @@ _FOLLOW_SLACK = 8
 # so the UI thread never spends more than about half its time re-rendering the stream.
 _SLOW_RENDER_S = 0.016
 _MESSAGE_GAP = "margin-top:0px; margin-bottom:10px;"
-
-
-def format_stats(stats: dict | None, reason: str = "") -> str:
-    """One line such as "14.2 tok/s · τ 3.10 · 78% accepted · TTFT 240 ms · 128 tokens · DFlash2".
-
-    Missing or None values are left out; a stop reason worth knowing about comes first.
-    """
-    bits: list[str] = []
-    if reason in REASON_NOTES:
-        bits.append(REASON_NOTES[reason])
-    stats = stats or {}
-    if stats.get("decode_tps") is not None:
-        bits.append(f"{stats['decode_tps']:.1f} tok/s")
-    if stats.get("tau") is not None:
-        bits.append(f"τ {stats['tau']:.2f}")
-    if stats.get("acceptance_rate") is not None:
-        bits.append(f"{stats['acceptance_rate'] * 100:.0f}% accepted")
-    ttft = stats.get("ttft_s")
-    if ttft is not None:
-        bits.append(f"TTFT {ttft * 1000:.0f} ms" if ttft < 1 else f"TTFT {ttft:.2f} s")
-    tokens = stats.get("generated_tokens")
-    if tokens is not None:
-        bits.append(f"{tokens} token" + ("" if tokens == 1 else "s"))
-    modes = {name: n for name, n in (stats.get("modes") or {}).items() if n}
-    if len(modes) == 1:
-        bits.append(mode_label(next(iter(modes))))
-    elif modes:  # auto: every mode that ran, most steps first
-        ran = sorted(modes, key=lambda name: -modes[name])
-        bits.append(", ".join(f"{mode_label(m)} {modes[m]}" for m in ran) + " steps")
-    return " · ".join(bits)
 
 
 @dataclass
@@ -123,8 +92,10 @@ class ChatView(QWidget):
         self._tail_start = 0
 
     def add_message(self, role: str, text: str, message_id: int, stats: dict | None = None) -> None:
-        """Append a finished message (history, or the user's just-sent prompt)."""
-        message = _Message(role, text, message_id, stats)
+        """Append a finished message (history, or the user's just-sent prompt); a stored
+        reply's stop reason comes with its stats, so a reopened chat shows the same note."""
+        reason = str(stats.get("reason", "")) if stats else ""
+        message = _Message(role, text, message_id, stats, reason)
         self._messages.append(message)
         self._by_id[message_id] = message
         if self._live is not None:

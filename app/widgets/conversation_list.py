@@ -24,6 +24,7 @@ class ConversationList(QWidget):
     selected = Signal(int)  # conversation id
     new_requested = Signal()
     deleted = Signal(int)
+    export_requested = Signal(list)  # conversation ids
     storage_failed = Signal(object)  # StorageError: the window shows it; the list keeps going
 
     def __init__(self, store: ConversationStore, parent: QWidget | None = None) -> None:
@@ -36,6 +37,7 @@ class ConversationList(QWidget):
         self.list = QListWidget(self)
         self.list.setAccessibleName("Conversations")
         self.list.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.list.setSelectionMode(QListWidget.SelectionMode.ExtendedSelection)
         self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.list.setTextElideMode(Qt.TextElideMode.ElideRight)
         self.new_button = QPushButton("New chat", self)
@@ -95,14 +97,26 @@ class ConversationList(QWidget):
         if item is None:
             return
         conv_id = int(item.data(Qt.ItemDataRole.UserRole))
+        chosen_ids = self.export_ids(item)
         menu = QMenu(self)
         rename = menu.addAction("Rename…")
+        export = menu.addAction(
+            "Export…" if len(chosen_ids) == 1 else f"Export {len(chosen_ids)} Conversations…"
+        )
         delete = menu.addAction("Delete…")
         chosen = menu.exec(self.list.mapToGlobal(pos))
         if chosen is rename:
             self.rename(conv_id, item.text())
+        elif chosen is export:
+            self.export_requested.emit(chosen_ids)
         elif chosen is delete:
             self.delete(conv_id, item.text())
+
+    def export_ids(self, item: QListWidgetItem) -> list[int]:
+        """The selected conversations when the clicked one is among them, else that one."""
+        selected = self.list.selectedItems()
+        items = selected if item in selected else [item]
+        return [int(i.data(Qt.ItemDataRole.UserRole)) for i in items]
 
     def rename(self, conv_id: int, old_title: str, new_title: str | None = None) -> None:
         if new_title is None:

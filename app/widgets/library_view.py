@@ -236,6 +236,9 @@ class LibraryView(QDialog):
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.verticalHeader().hide()
+        # Rows follow their text as columns and the dialog change width (wrapped pairings).
+        self.table.verticalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.table.setWordWrap(True)
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(len(COLUMNS) - 1, QHeaderView.ResizeMode.Stretch)
@@ -299,7 +302,6 @@ class LibraryView(QDialog):
                 if m.problem:
                     item.setForeground(Qt.GlobalColor.red)
                 self.table.setItem(row, col, item)
-        self.table.resizeRowsToContents()
         self._show_suggestions()
         self._show_pending()
         shown = str(root)

@@ -12,9 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QPushButton, QSizePolicy, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QSizePolicy, QWidget
 
 from app.messages import ModelInfo
+from app.widgets.eliding_combo import ElidingComboBox
 from engine_mlx.companions import NO_DRAFTER
 from engine_mlx.library.catalog import list_installed
 from engine_mlx.remote import PREFIX as REMOTE_PREFIX
@@ -39,31 +40,35 @@ class ModelBar(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.remote_specs: list[str] = []  # saved remote models (``remote.Endpoint`` specs)
-        self.target_box = QComboBox(self)
+        # The boxes share what room the window has and shorten names in the middle, so the
+        # bar fits a 1,024-pixel window and shows whole names in a wider one.
+        self.target_box = ElidingComboBox(self)
         self.target_box.setAccessibleName("Model")
-        self.target_box.setMinimumContentsLength(18)
-        self.drafter_box = QComboBox(self)
+        self.drafter_box = ElidingComboBox(self)
         self.drafter_box.setAccessibleName("DFlash drafter")
-        self.drafter_box.setMinimumContentsLength(18)  # shipped drafters have long names
-        self.mtp_box = QComboBox(self)
+        self.mtp_box = ElidingComboBox(self)
         self.mtp_box.setAccessibleName("MTP head")
-        self.mtp_box.addItem("No MTP head")
+        self.mtp_box.addItem("none")
         self.mtp_box.setEnabled(False)
         self.status = QLabel("Loading…", self)
         self.status.setAccessibleName("Model status")
         # A long name or address must not widen the window past the screen: the label
         # shrinks (its tooltip keeps the whole text).
         self.status.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-        self.status.setMinimumWidth(120)
+        self.status.setMinimumWidth(60)
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        for label, box in (
-            ("Model", self.target_box),
-            ("Drafter", self.drafter_box),
-            ("MTP", self.mtp_box),
+        for label, box, chars, stretch in (
+            ("Model", self.target_box, 8, 3),
+            ("Drafter", self.drafter_box, 8, 3),
+            ("MTP", self.mtp_box, 8, 0),
         ):
+            box.setSizeAdjustPolicy(
+                ElidingComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon
+            )
+            box.setMinimumContentsLength(chars)
             layout.addWidget(QLabel(label, self))
-            layout.addWidget(box)
+            layout.addWidget(box, stretch)
         layout.addWidget(self.status, 1)
         self.library_button = QPushButton("Library…", self)
         self.library_button.setAccessibleName("Model library")
@@ -119,7 +124,7 @@ class ModelBar(QWidget):
         self.library_button.setToolTip(tip)
 
     def _request(self, *_: object) -> None:
-        self.status.setText("Loading…")
+        self.set_status("Loading…")
         self.load_requested.emit(
             self.target_box.currentData() or "", self.drafter_box.currentData() or ""
         )
@@ -134,13 +139,19 @@ class ModelBar(QWidget):
         self.drafter_box.setCurrentIndex(max(0, dindex))
         self.mtp_box.clear()
         if info.mtp:
-            self.mtp_box.addItem(f"MTP: {info.mtp}")
-            self.mtp_box.setToolTip(f"Multi-token-prediction head loaded: {info.mtp}.")
+            self.mtp_box.addItem(info.mtp.removesuffix(" head"))  # "shipped", "built-in"
+            self.mtp_box.setToolTip(f"Multi-token-prediction head loaded: {info.mtp}")
         else:
-            self.mtp_box.addItem("No MTP head")
+            self.mtp_box.addItem("none")
             self.mtp_box.setToolTip(f"MTP unavailable: {info.mtp_reason}")
         remote = info.path.startswith(REMOTE_PREFIX)
         self.drafter_box.setEnabled(not remote)  # the server drafts (or not) on its own
         where = "remote" if remote else f"context {info.max_context:,}"
-        self.status.setText(f"{info.name} · {where}")
-        self.status.setToolTip(f"{info.name} · {where}\n{info.backend_detail}")
+        self.set_status("")  # loaded: the boxes name it, the context meter sizes it
+        self.target_box.setToolTip(f"{info.name} · {where}\n{info.backend_detail}")
+
+    def set_status(self, text: str) -> None:
+        """A word while nothing usable is loaded ("Loading…", "No model installed"); hidden
+        otherwise, so the boxes get its room."""
+        self.status.setText(text)
+        self.status.setVisible(bool(text))

@@ -173,6 +173,7 @@ def _config(body: dict[str, Any], base: GenerationConfig) -> GenerationConfig:
         ),
         stop_strings=stops,
         mode=mode,
+        loop_guard=_get(body, "loop_guard", bool, default=False),
     )
 
 

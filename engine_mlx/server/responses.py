@@ -2,7 +2,9 @@
 
 Every final response (and the last chunk of a stream) carries ``usage`` and, under the key
 ``flashchat``, what the engine measured: speed, time to first token, how many drafted tokens
-the target kept (tau, acceptance) and which decoding modes ran.
+the target kept (tau, acceptance) and which decoding modes ran; the final object also says
+why the reply stopped in the engine's words (``stop_reason``: eos, max_tokens, stop_string,
+repetition, context_full), which OpenAI's ``finish_reason`` cannot.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from engine_mlx.stats import GenerationStats
 FINISH_REASONS = {
     "eos": "stop",
     "stop_string": "stop",
+    "repetition": "stop",  # the loop guard
     "max_tokens": "length",
     "context_full": "length",
 }
@@ -86,7 +89,7 @@ class ResponseBuilder:
         chunk["choices"][0]["finish_reason"] = FINISH_REASONS.get(reason, "stop")
         if self.chat:
             chunk["choices"][0]["delta"] = {}
-        chunk["flashchat"] = flashchat_stats(stats, mode)
+        chunk["flashchat"] = flashchat_stats(stats, mode) | {"stop_reason": reason}
         if with_usage:
             chunk["usage"] = None  # OpenAI sends usage on its own chunk, after this one
         return chunk
@@ -114,5 +117,5 @@ class ResponseBuilder:
             **self._base(obj),
             "choices": [choice],
             "usage": usage(stats),
-            "flashchat": flashchat_stats(stats, mode),
+            "flashchat": flashchat_stats(stats, mode) | {"stop_reason": reason},
         }

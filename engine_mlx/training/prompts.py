@@ -6,7 +6,9 @@ code prompts are cut to an exact length by choosing how many excerpt tokens sit 
 chat template's fixed prefix and suffix; math and chat prompts are short, generated, and are
 grouped by length.
 Each text file is split 90/10 by position: training draws from the first part, evaluation
-from the rest, so the benchmark's prompts are never trained on.
+from the rest, so the benchmark's prompts are never trained on. Training prompts are also
+drawn again whenever they share a run of words with the held-out prompt set
+(``training.heldout``).
 """
 
 from __future__ import annotations
@@ -14,17 +16,19 @@ from __future__ import annotations
 import random
 import sysconfig
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from engine_mlx.training.chat_questions import chat_question
+from engine_mlx.training.heldout import HeldOutGuard
 from engine_mlx.training.math_problems import math_problem
 
 CATEGORIES = ("math", "chat", "code", "prose")
 GENERATED = ("math", "chat")  # written from templates; the others are corpus excerpts
 TRAIN_FRACTION = 0.9
+DRAWS = 200  # attempts at a text clear of the held-out set before a source is called unusable
 _MARK = "\u2063EXCERPT\u2063"
 
 _INSTRUCTIONS = {
@@ -55,9 +59,13 @@ class Prompt:
 
 class TextPool:
     """Random excerpts from a set of text files (one split of each: ``train``, ``eval``, or
-    ``all`` for a file that is held out as a whole)."""
+    ``all`` for a file that is held out as a whole). With a guard, no excerpt shares a run of
+    words with the held-out prompt set."""
 
-    def __init__(self, files: Sequence[Path], split: str) -> None:
+    def __init__(
+        self, files: Sequence[Path], split: str, guard: HeldOutGuard | None = None
+    ) -> None:
+        self.guard = guard
         self.texts = []
         for file in files:
             text = Path(file).read_text(encoding="utf-8", errors="replace")
@@ -69,11 +77,15 @@ class TextPool:
             raise ValueError(f"no usable text among {len(files)} files for the {split} split")
 
     def excerpt(self, rng: random.Random, chars: int) -> str:
-        text = rng.choice(self.texts)
-        start = rng.randrange(0, max(1, len(text) - chars))
-        newline = text.find("\n", start, start + chars // 4)
-        start = newline + 1 if newline >= 0 else start
-        return text[start : start + chars]
+        for _ in range(DRAWS):
+            text = rng.choice(self.texts)
+            start = rng.randrange(0, max(1, len(text) - chars))
+            newline = text.find("\n", start, start + chars // 4)
+            start = newline + 1 if newline >= 0 else start
+            excerpt = text[start : start + chars]
+            if self.guard is None or not self.guard.overlaps(excerpt):
+                return excerpt
+        raise ValueError(f"{DRAWS} excerpts in a row overlap the held-out prompts")
 
 
 def default_sources(corpora: Path | None) -> dict[str, list[Path]]:
@@ -89,12 +101,22 @@ def default_sources(corpora: Path | None) -> dict[str, list[Path]]:
 
 
 class PromptBuilder:
-    """Chat-formatted prompts of exact token lengths for one tokenizer."""
+    """Chat-formatted prompts of exact token lengths for one tokenizer. Training prompts
+    (split ``train``) never overlap the held-out prompt set."""
 
-    def __init__(self, tokenizer: Any, sources: dict[str, list[Path]], split: str) -> None:
+    def __init__(
+        self,
+        tokenizer: Any,
+        sources: dict[str, list[Path]],
+        split: str,
+        guard: HeldOutGuard | None = None,
+    ) -> None:
         self.tokenizer = tokenizer
         self.split = split
-        self.pools = {cat: TextPool(files, split) for cat, files in sources.items() if files}
+        if guard is None and split == "train":
+            guard = HeldOutGuard.default()
+        self.guard = guard
+        self.pools = {cat: TextPool(files, split, guard) for cat, files in sources.items() if files}
 
     def _encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
@@ -119,12 +141,20 @@ class PromptBuilder:
             body += self._encode("\n" + self.pools[category].excerpt(rng, chars=room * 6))
         return Prompt(category, tuple(head + body[:room] + tail))
 
+    def _clear(self, write: Callable[[random.Random], str], rng: random.Random) -> str:
+        """A generated text that shares no run of words with the held-out set."""
+        for _ in range(DRAWS):
+            text = write(rng)
+            if self.guard is None or not self.guard.overlaps(text):
+                return text
+        raise ValueError(f"{DRAWS} generated prompts in a row overlap the held-out prompts")
+
     def math_prompt(self, rng: random.Random) -> Prompt:
-        ids = self._encode(self._template(math_problem(rng)))
+        ids = self._encode(self._template(self._clear(math_problem, rng)))
         return Prompt("math", tuple(ids))
 
     def chat_prompt(self, rng: random.Random) -> Prompt:
-        ids = self._encode(self._template(chat_question(rng)))
+        ids = self._encode(self._template(self._clear(chat_question, rng)))
         return Prompt("chat", tuple(ids))
 
     def generated_prompt(self, category: str, rng: random.Random) -> Prompt:

@@ -396,3 +396,27 @@ def test_move_aside_keeps_every_file_of_the_history(tmp_path: Path) -> None:
     assert aside.with_name(aside.name + "-shm").read_bytes() == b"shm"
     db.write_bytes(b"again")
     assert move_aside(db) != aside  # a second move in the same second gets its own name
+
+
+def test_a_version_1_history_is_upgraded_in_place_and_keeps_its_messages(db_path: Path) -> None:
+    """v1 (before replies kept their reasoning): written with v1's own statements."""
+    db_path.parent.mkdir(parents=True)
+    conn = sqlite3.connect(db_path)
+    for statement in storage._SCHEMA_V1:
+        conn.execute(statement)
+    conn.execute("INSERT INTO conversations VALUES (1, 'old chat', 1.0, 2.0)")
+    conn.execute(
+        "INSERT INTO messages (conversation_id, role, content, created_at, stats) "
+        "VALUES (1, 'assistant', 'hi', 2.0, '{\"tau\": 1.5}')"
+    )
+    conn.execute("PRAGMA user_version = 1")
+    conn.commit()
+    conn.close()
+    with ConversationStore(db_path) as store:
+        (message,) = store.messages(1)
+        assert (message.content, message.stats, message.reasoning) == ("hi", {"tau": 1.5}, None)
+        store.add_message(1, "assistant", "answer", reasoning="because")
+        assert store.messages(1)[-1].reasoning == "because"
+    conn = sqlite3.connect(db_path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == storage.SCHEMA_VERSION == 2
+    conn.close()

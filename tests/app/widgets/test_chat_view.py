@@ -12,8 +12,9 @@ from PySide6.QtCore import QPoint, Qt
 from PySide6.QtGui import QColor, QPalette, QTextCursor
 from PySide6.QtWidgets import QApplication
 
+from app.stats_line import format_stats
 from app.widgets import chat_view
-from app.widgets.chat_view import ChatView, format_stats
+from app.widgets.chat_view import ChatView
 from app.widgets.markdown_render import split_fences
 
 STATS = {
