@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from engine_mlx.chat import ChatFormatter, check_messages
 from engine_mlx.companions import NO_DRAFTER, Companions, shipped_companions
@@ -156,15 +157,21 @@ def resolve_mask_token_for(target: TargetModel) -> int:
 
 
 def encode_prompt(
-    target: TargetModel, prompt: Prompt, *, chat: bool | None = None, system: str | None = None
+    target: TargetModel,
+    prompt: Prompt,
+    *,
+    chat: bool | None = None,
+    system: str | None = None,
+    template_kwargs: dict[str, Any] | None = None,
 ) -> list[int]:
-    """Text or messages -> ids. ``chat=None`` uses the template when the model has one."""
+    """Text or messages -> ids. ``chat=None`` uses the template when the model has one;
+    ``template_kwargs`` go to it (``enable_thinking``)."""
     formatter = ChatFormatter(target.tokenizer)
     if isinstance(prompt, list):
         messages = check_messages(list(prompt))
         if system and not any(m.get("role") == "system" for m in messages):
             messages.insert(0, {"role": "system", "content": system})
-        return formatter.encode_messages(messages)
+        return formatter.encode_messages(messages, template_kwargs)
     use_chat = formatter.has_template if chat is None else chat
     if not use_chat:
         if system:
@@ -172,4 +179,4 @@ def encode_prompt(
         return formatter.encode_raw(prompt)
     messages = [{"role": "system", "content": system}] if system else []
     messages.append({"role": "user", "content": prompt})
-    return formatter.encode_messages(messages)
+    return formatter.encode_messages(messages, template_kwargs)

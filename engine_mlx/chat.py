@@ -49,8 +49,11 @@ class ChatFormatter:
     def has_template(self) -> bool:
         return bool(getattr(self.tokenizer, "chat_template", None))
 
-    def encode_messages(self, messages: Sequence[Message]) -> list[int]:
-        """Render ``messages`` with the generation prompt appended."""
+    def encode_messages(
+        self, messages: Sequence[Message], template_kwargs: dict[str, Any] | None = None
+    ) -> list[int]:
+        """Render ``messages`` with the generation prompt appended; ``template_kwargs`` go to
+        the template (``{"enable_thinking": False}`` turns a Qwen3 model's thinking off)."""
         if not self.has_template:
             raise ChatTemplateError(
                 "This model has no chat template (tokenizer_config.json has no "
@@ -59,7 +62,7 @@ class ChatFormatter:
         messages = check_messages(list(messages))
         try:
             ids = self.tokenizer.apply_chat_template(
-                list(messages), add_generation_prompt=True, tokenize=True
+                list(messages), add_generation_prompt=True, tokenize=True, **(template_kwargs or {})
             )
         except Exception as exc:  # jinja errors come in many types
             raise ChatTemplateError(f"The chat template failed to render: {exc}") from exc

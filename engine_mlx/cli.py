@@ -47,6 +47,17 @@ def build_parser() -> argparse.ArgumentParser:
     add_speculation(gen)
     gen.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     gen.add_argument(
+        "--no-thinking",
+        action="store_true",
+        help="a thinking model answers without reasoning (the template's enable_thinking=false)",
+    )
+    gen.add_argument(
+        "--thinking-budget",
+        type=int,
+        default=None,
+        help="a thinking model's end-of-reasoning marker is forced after N reasoning tokens",
+    )
+    gen.add_argument(
         "--loop-guard",
         choices=["on", "off"],
         default="off",
@@ -365,7 +376,10 @@ def _generate(args: argparse.Namespace) -> int:
     drafter, mtp, mtp_reason = spec.drafter, spec.mtp, spec.mtp_reason
     if args.mode == "mtp" and mtp is None:
         raise EngineError(f"MTP is unavailable: {mtp_reason}")
-    ids = encode_prompt(target, read_prompt(args), chat=args.chat, system=args.system)
+    kwargs = {"enable_thinking": False} if args.no_thinking else None
+    ids = encode_prompt(
+        target, read_prompt(args), chat=args.chat, system=args.system, template_kwargs=kwargs
+    )
     try:
         sampling = SamplingParams(
             args.temp, args.top_k, args.top_p, args.min_p, args.seed, args.repetition_penalty
@@ -378,6 +392,7 @@ def _generate(args: argparse.Namespace) -> int:
         stop_strings=tuple(args.stop),
         mode=args.mode,
         loop_guard=args.loop_guard == "on",
+        thinking_budget=args.thinking_budget,
     )
     cancel = threading.Event()
     previous = signal.signal(signal.SIGINT, lambda *_: cancel.set())
@@ -387,6 +402,8 @@ def _generate(args: argparse.Namespace) -> int:
             if args.json:
                 print(json.dumps(event_to_json(event), ensure_ascii=False), flush=True)
             elif isinstance(event, Tokens):
+                if event.reasoning:  # reasoning to stderr: stdout holds the answer alone
+                    print(event.reasoning, end="", file=sys.stderr, flush=True)
                 print(event.text, end="", flush=True)
             elif isinstance(event, ModeSwitch):
                 print(f"\n[{event.from_mode} -> {event.to_mode}: {event.reason}]", file=sys.stderr)

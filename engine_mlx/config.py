@@ -35,6 +35,9 @@ class GenerationConfig:
     auto_threshold: int = 4096  # the threshold policy's switch depth
     mtp_steps: int | None = None  # tokens an MTP head drafts per step (1-4); None: the head's
     loop_guard: bool = False  # stop a reply that repeats one short cycle (``decoding.loop_guard``)
+    # reasoning tokens after which a thinking model's end marker is forced (``thinking``);
+    # None: no budget. Models that do not think ignore it.
+    thinking_budget: int | None = None
 
     def validate(self) -> Mode:
         """Raises EngineError naming the first bad field; returns the mode as a ``Mode``."""
@@ -44,6 +47,8 @@ class GenerationConfig:
             raise EngineError(f"Mode '{self.mode}' is not available (available: {names}).")
         if self.max_tokens < 1:
             raise EngineError("max tokens must be at least 1.")
+        if self.thinking_budget is not None and self.thinking_budget < 0:
+            raise EngineError("the thinking budget must be at least 0 tokens.")
         if self.prefill_chunk < 1:
             raise EngineError("the prefill chunk must be at least 1 token.")
         if self.policy not in POLICIES:

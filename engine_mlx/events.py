@@ -42,6 +42,8 @@ class Tokens:
     segments: tuple[tuple[str, bool], ...] = ()  # text split by whether it came from drafts
     tau: float = 0.0
     acceptance_rate: float | None = None
+    reasoning: str = ""  # new reasoning text (a thinking model); ``text`` is the answer's
+    part: str = "answer"  # what the reply is in after this step: "reasoning" or "answer"
 
 
 @dataclass(frozen=True)
@@ -57,9 +59,10 @@ class Finished:
     cancelled."""
 
     reason: str
-    text: str
+    text: str  # the answer; a thinking model's reasoning is apart, in ``reasoning``
     tokens: tuple[int, ...]
     stats: GenerationStats
+    reasoning: str = ""
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,7 @@ def event_to_json(event: Event) -> dict[str, Any]:
             "reason": event.reason,
             "tokens": list(event.tokens),
             "text": event.text,
+            "reasoning": event.reasoning,
             "stats": event.stats.to_json(),
         }
     body = asdict(event)

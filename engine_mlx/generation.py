@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 import mlx.core as mx
 
 from engine_mlx.backend import backend_info
-from engine_mlx.chat import IncrementalDetokenizer, StopStringFilter
 from engine_mlx.config import GenerationConfig
 from engine_mlx.decoding.acceptance import replay
 from engine_mlx.decoding.loop_guard import LoopGuard
@@ -28,6 +27,7 @@ from engine_mlx.events import Event, Finished, ModeSwitch, PrefillProgress, Star
 from engine_mlx.kernels import launch
 from engine_mlx.modes import Mode
 from engine_mlx.prompt_cache import PrefilledPrompt, snapshot_cache
+from engine_mlx.reply_text import ReplyText
 from engine_mlx.stats import StatsTracker
 
 if TYPE_CHECKING:
@@ -101,11 +101,11 @@ class Generation:
         self.lookup = NGramIndex() if config.lookup else None
         self.policy = session.policy(config) if mode is Mode.AUTO else None
         self.strategies: dict[Mode, Strategy] = {}
-        self.detok = IncrementalDetokenizer(self.target.tokenizer)
-        self.stops = StopStringFilter(config.stop_strings)
+        self.text = ReplyText(
+            self.target.tokenizer, config.stop_strings, self.target.thinking, prompt
+        )
         self.loop_guard = LoopGuard() if config.loop_guard else None
         self.looped = False
-        self.text_parts: list[str] = []
         self.tokens: list[int] = []
         self.depth = len(prompt)
         self._previews: dict[Mode, int] = {}  # mode -> len(tokens) at its pending look
@@ -277,24 +277,19 @@ class Generation:
                 del self._previews[looked]
         live = self.stats.record(step_stats, self.depth)
         flags = outcome.from_draft[: len(new)]
-        n_draft = sum(flags)  # drafted tokens come first, the target's own token last
-        segments = tuple(
-            (self.stops.feed(self.detok.add(part)), is_draft)
-            for part, is_draft in ((new[:n_draft], True), (new[n_draft:], False))
-            if part
-        )
-        text = "".join(seg for seg, _ in segments)
-        self.text_parts.append(text)
+        written = self.text.add(new, flags, step_stats)
         event = Tokens(
-            text,
+            "".join(text for text, _ in written.segments),
             tuple(new),
             tuple(flags),
             step_stats,
             live.tps,
             live.context_depth,
-            segments,
+            written.segments,
             tau=live.tau,
             acceptance_rate=live.acceptance_rate,
+            reasoning=written.reasoning,
+            part=written.part.value,
         )
         return event, hit_eos is not None
 
@@ -322,7 +317,7 @@ class Generation:
             return "eos"
         if self.looped:
             return "repetition"
-        if self.stops.stopped:
+        if self.text.stopped:
             return "stop_string"
         if len(self.tokens) >= self.config.max_tokens:
             return "max_tokens"
@@ -331,8 +326,10 @@ class Generation:
         return ""
 
     def _finish(self, reason: str) -> Finished:
-        stopped = reason == "stop_string"  # the text ends where the stop string began
-        self.text_parts.append("" if stopped else self.stops.feed(self.detok.flush()))
-        self.text_parts.append("" if stopped else self.stops.flush())
-        stats = replace(self.stats.summary(), kernels=launch.calls_since(self._kernel_calls))
-        return Finished(reason, "".join(self.text_parts), tuple(self.tokens), stats)
+        answer, reasoning = self.text.finish(stopped_by_string=reason == "stop_string")
+        stats = replace(
+            self.stats.summary(),
+            kernels=launch.calls_since(self._kernel_calls),
+            segments=self.text.segments_json(),
+        )
+        return Finished(reason, answer, tuple(self.tokens), stats, reasoning)

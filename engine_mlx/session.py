@@ -31,6 +31,7 @@ from engine_mlx.policy import CostModelPolicy, ThresholdPolicy
 from engine_mlx.prompt_cache import PrefilledPrompt
 from engine_mlx.rate_policy import ExpectedRatePolicy
 from engine_mlx.step_costs import StepCosts, load_or_calibrate
+from engine_mlx.thinking import ThinkingBudget
 
 log = logging.getLogger(__name__)
 Policy = ExpectedRatePolicy | CostModelPolicy | ThresholdPolicy
@@ -168,7 +169,10 @@ class Session:
             self.check_fits(len(prompt_ids))
             mode = config.validate()
             self.check_available(mode)
-            sampler = Sampler(config.sampling)
+            markers = self.target.thinking
+            budget = config.thinking_budget
+            forcing = ThinkingBudget(markers, budget) if markers and budget is not None else None
+            sampler = Sampler(config.sampling, forcing)
         except (EngineError, ValueError) as exc:
             yield Error(str(exc))
             return

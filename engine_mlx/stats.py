@@ -60,6 +60,9 @@ class GenerationStats:
     # Which kernel path ran and the calls per kernel op ({"path": "emulated", "calls": {...}});
     # a silent fallback to a reference shows as "fallbacks".
     kernels: dict[str, Any] = field(default_factory=dict)
+    # A thinking model's reply, per part ({"reasoning": {...}, "answer": {...}}: tokens,
+    # steps, tau, acceptance_rate, seconds); empty for a model that does not think.
+    segments: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -4,6 +4,9 @@
 
 ``--width 1024`` (on a screen at least as wide) shows the window at a smaller laptop's width.
 
+``--transfer`` also exports the finished conversation (File → Export), deletes it, imports the
+file back and grabs the window before and after (transfer_before.png, transfer_after.png).
+
 Opens FlashChat on the demo model (and a drafter, if ``--drafter`` is given), grabs the screen
 empty, then mid-reply with the speed panel live.
 
@@ -92,6 +95,21 @@ class Driver(QObject):
     @Slot()
     def finish(self) -> None:
         self.grab("finished.png")
+        if self.args.transfer:
+            self.grab("transfer_before.png")
+            exported = self.args.out / "conversation.json"
+            conv = self.win.conversation_id
+            self.win.transfer.export_to(exported, "json", [conv])
+            self.win.conversations.delete(conv, "", confirm=False)
+            self.win.transfer.import_from(exported)
+            QTimer.singleShot(500, self.finish_transfer)
+            return
+        self.win.close()
+        self.app.quit()
+
+    @Slot()
+    def finish_transfer(self) -> None:
+        self.grab("transfer_after.png")
         self.win.close()
         self.app.quit()
 
@@ -155,6 +173,7 @@ def main() -> int:
         "--prompt", default="Explain what speculative decoding is, with a short Python example."
     )
     parser.add_argument("--width", type=int, default=1280, help="window width in pixels")
+    parser.add_argument("--transfer", action="store_true", help="export, delete, import back")
     parser.add_argument("--library", action="store_true", help="library.png: a download")
     parser.add_argument("--library-repo", default=DEMO.hub_repo)
     parser.add_argument("--library-speed", type=float, default=6e6, help="bytes/s served")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -58,6 +59,24 @@ def tiny_target(tiny_model_dir: Callable[[str], Path]):
         if arch not in loaded:
             loaded[arch] = TargetModel.load(tiny_model_dir(arch))
         return loaded[arch]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def thinking_target(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, str], Any]:
+    """``thinking_target(arch, style)``: a tiny model whose tokenizer has ``<think>`` markers
+    and a Qwen3-style template (``style`` "qwen3": the model opens the block; "qwen3_5": the
+    generation prompt does), loaded once per session."""
+    from engine_mlx.models.target import TargetModel
+
+    loaded: dict[tuple[str, str], Any] = {}
+
+    def get(arch: str, style: str) -> Any:
+        if (arch, style) not in loaded:
+            folder = tmp_path_factory.mktemp(f"thinking_{arch}_{style}")
+            loaded[(arch, style)] = TargetModel.load(build_tiny_model(arch, folder, thinking=style))
+        return loaded[(arch, style)]
 
     return get
 

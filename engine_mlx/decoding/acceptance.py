@@ -66,6 +66,22 @@ def path_tokens(tree: CandidateTree) -> mx.array:
     return mx.array(np.where(tree.ancestor_mask(), own[None, :], own[:, None]))
 
 
+def path_sequences(tree: CandidateTree) -> list[list[int]]:
+    """Per node, in order, the tokens it adds to the committed context: its ancestors' below
+    the root (which is committed already) and its own; the root's row is empty."""
+    rows: list[list[int]] = []
+    for i, parent in enumerate(tree.parents):
+        rows.append([] if i == 0 else [*rows[parent], tree.tokens[i]])
+    return rows
+
+
+def _context(tree: CandidateTree, sampler: Sampler) -> tuple[mx.array | None, list | None]:
+    """What the sampler needs of each node's path: the penalty's token sets, the forcing
+    rule's ordered tokens."""
+    extra = path_tokens(tree) if sampler.penalises else None
+    return extra, path_sequences(tree) if sampler.forcing is not None else None
+
+
 def accept(tree: CandidateTree, logits: mx.array, sampler: Sampler) -> Acceptance:
     """The target's picks for every node of ``tree`` (logits [N, V] from its verification)
     and the walk. Sampled picks are drawn from ``node_logprobs``; greedy ones are its argmax.
@@ -74,7 +90,7 @@ def accept(tree: CandidateTree, logits: mx.array, sampler: Sampler) -> Acceptanc
     same distribution). Elsewhere the sampler picks and the walk runs on the host."""
     on_device = live_executor() is not None
     if sampler.params.greedy:
-        scores = sampler.penalised(logits, path_tokens(tree) if sampler.penalises else None)
+        scores = sampler.adjusted(logits, *_context(tree, sampler))
         if not on_device:
             record("acceptance", kernel=False)
             return walk(tree, mx.argmax(scores, axis=-1).tolist())
@@ -98,4 +114,4 @@ def node_logprobs(tree: CandidateTree, logits: mx.array, sampler: Sampler) -> mx
     """[N, V]: the distribution ``accept`` draws node i's pick from. A repetition penalty at
     node i counts the committed context (the sampler's) and the tokens on node i's own path,
     the root included: exactly the text that node would continue."""
-    return sampler.logprobs(logits, path_tokens(tree) if sampler.penalises else None)
+    return sampler.logprobs(logits, *_context(tree, sampler))

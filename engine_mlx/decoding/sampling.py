@@ -5,7 +5,7 @@ mlx-lm's ``make_sampler`` builds a closure over the global MLX RNG; FlashChat ne
 filtered *distribution* too (the sampled acceptance rule compares against it) and its own
 key per generation so a seed reproduces a reply whatever else runs in the process. mlx-lm's
 repetition penalty looks back over a window of the tokens it has generated; verification needs
-the penalty of every tree node from its own path (``Sampler.penalised``), over the whole
+the penalty of every tree node from its own path (``Sampler.adjusted``), over the whole
 context as Hugging Face applies it (the Qwen demo's recommended settings assume that).
 """
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import mlx.core as mx
 
@@ -111,13 +112,23 @@ def penalise(logits: mx.array, seen: mx.array, penalty: float) -> mx.array:
     return mx.where(seen > 0, mx.where(x > 0, x / penalty, x * penalty), x)
 
 
+class ForcingRule(Protocol):
+    """A rule that, from a context, may call for one token (``thinking.ThinkingBudget``)."""
+
+    def remember(self, tokens: Sequence[int]) -> None: ...
+
+    def forced(self, pending: Sequence[int]) -> int | None: ...
+
+
 class Sampler:
     """Draws tokens with its own key stream: one seed -> one reproducible sequence. With a
     repetition penalty it also keeps the set of tokens in the context, which the generation
-    extends as tokens are committed (``remember``)."""
+    extends as tokens are committed (``remember``). With a forcing rule (``forcing``, the
+    thinking budget) a row whose context calls for a token gets that token alone."""
 
-    def __init__(self, params: SamplingParams) -> None:
+    def __init__(self, params: SamplingParams, forcing: ForcingRule | None = None) -> None:
         self.params = params
+        self.forcing = forcing
         seed = params.seed if params.seed is not None else int.from_bytes(os.urandom(4), "little")
         self.seed = seed
         self._key = mx.random.key(seed)
@@ -132,6 +143,8 @@ class Sampler:
         """Tokens now in the context (the prompt, then every committed token)."""
         if self.penalises:
             self._pending.extend(int(t) for t in tokens)
+        if self.forcing is not None:
+            self.forcing.remember([int(t) for t in tokens])
 
     def _seen_mask(self, vocab: int) -> mx.array:
         if self._seen is None:
@@ -143,30 +156,52 @@ class Sampler:
             self._pending = []
         return self._seen
 
-    def penalised(self, logits: mx.array, extra: mx.array | None = None) -> mx.array:
+    def adjusted(
+        self,
+        logits: mx.array,
+        extra: mx.array | None = None,
+        rows: Sequence[Sequence[int]] | None = None,
+    ) -> mx.array:
         """``logits`` [..., vocab] with the repetition penalty over the context's tokens and,
         per row, the ``extra`` [..., k] token ids that precede that row but are not committed
-        yet (a tree node's path; the plain pipeline's newest token). Unchanged without a
-        penalty."""
-        if not self.penalises:
+        yet (a tree node's path; the plain pipeline's newest token); then, with a forcing
+        rule, every row whose context forces a token reduced to that token. ``rows``: per
+        row, in order, the tokens after the remembered context (the rule reads them; a
+        1-D ``logits`` is one row). Unchanged without a penalty or a rule."""
+        if self.penalises:
+            seen = self._seen_mask(logits.shape[-1])
+            if extra is not None:
+                extra = extra.astype(mx.int32)
+                seen = mx.broadcast_to(seen, (*extra.shape[:-1], logits.shape[-1]))
+                seen = mx.put_along_axis(seen, extra, mx.ones(extra.shape, mx.float32), axis=-1)
+            logits = penalise(logits, seen, self.params.repetition_penalty)
+        if self.forcing is None:
             return logits
-        seen = self._seen_mask(logits.shape[-1])
-        if extra is not None:
-            extra = extra.astype(mx.int32)
-            seen = mx.broadcast_to(seen, (*extra.shape[:-1], logits.shape[-1]))
-            seen = mx.put_along_axis(seen, extra, mx.ones(extra.shape, mx.float32), axis=-1)
-        return penalise(logits, seen, self.params.repetition_penalty)
+        pending = rows if rows is not None else [[]] * (1 if logits.ndim == 1 else logits.shape[0])
+        forced = [self.forcing.forced(row) for row in pending]
+        if all(f is None for f in forced):
+            return logits
+        target = mx.array([-1 if f is None else f for f in forced], dtype=mx.int32)
+        target = target.reshape(()) if logits.ndim == 1 else target[:, None]
+        hit = mx.arange(logits.shape[-1]) == target
+        x = logits.astype(mx.float32)
+        return mx.where(target < 0, x, mx.where(hit, 0.0, -mx.inf))
 
     def next_key(self) -> mx.array:
         self._key, sub = mx.random.split(self._key)
         return sub
 
-    def logprobs(self, logits: mx.array, extra: mx.array | None = None) -> mx.array:
-        """The log-distribution each row's token is drawn from (``extra`` as for
-        ``penalised``): the one definition that plain decoding, verification on the host and
+    def logprobs(
+        self,
+        logits: mx.array,
+        extra: mx.array | None = None,
+        rows: Sequence[Sequence[int]] | None = None,
+    ) -> mx.array:
+        """The log-distribution each row's token is drawn from (``extra`` and ``rows`` as for
+        ``adjusted``): the one definition that plain decoding, verification on the host and
         on the device, and the exact losslessness test all use. Greedy: 0 at the argmax (the
         lowest id on ties), -inf elsewhere."""
-        logits = self.penalised(logits, extra)
+        logits = self.adjusted(logits, extra, rows)
         if self.params.greedy:
             top = mx.argmax(logits, axis=-1, keepdims=True)
             hit = mx.arange(logits.shape[-1]) == top
@@ -178,9 +213,14 @@ class Sampler:
         key (lazy)."""
         return mx.random.categorical(logprobs, key=self.next_key())
 
-    def sample(self, logits: mx.array, extra: mx.array | None = None) -> mx.array:
+    def sample(
+        self,
+        logits: mx.array,
+        extra: mx.array | None = None,
+        rows: Sequence[Sequence[int]] | None = None,
+    ) -> mx.array:
         """``logits`` [..., vocab] -> token ids [...] (lazy: no evaluation happens here),
-        drawn from ``logprobs``; ``extra`` as for ``penalised``."""
+        drawn from ``logprobs``; ``extra`` and ``rows`` as for ``adjusted``."""
         if self.params.greedy:  # the argmax itself, without building the one-hot rows
-            return mx.argmax(self.penalised(logits, extra), axis=-1)
-        return self.draw(self.logprobs(logits, extra))
+            return mx.argmax(self.adjusted(logits, extra, rows), axis=-1)
+        return self.draw(self.logprobs(logits, extra, rows))

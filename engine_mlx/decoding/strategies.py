@@ -125,7 +125,9 @@ class Autoregressive:
         snap = self.target.snapshot(self.cache)
         out = self.target.forward(self._root.reshape(1), self.cache, capture=self.capture)
         # The root is committed by the step that queues this, after it: not remembered yet.
-        nxt = self.sampler.sample(out.logits[0, -1], extra=self._root.reshape(1))
+        # A forcing rule reads it on the host (a thinking budget costs the pipeline a sync).
+        rows = [[int(self._root.item())]] if self.sampler.forcing is not None else None
+        nxt = self.sampler.sample(out.logits[0, -1], extra=self._root.reshape(1), rows=rows)
         mx.async_eval(nxt)
         self._queued = (nxt, snap, out.features)
 

@@ -25,6 +25,7 @@ from engine_mlx.errors import ModelLoadError
 from engine_mlx.kernels import kv_compact
 from engine_mlx.models import attention, swiglu
 from engine_mlx.models.loading import ModelSpec, validate_model_folder
+from engine_mlx.thinking import thinking_markers
 
 
 class _PositionContext:
@@ -91,6 +92,7 @@ class TargetModel:
         )
         swiglu.install({type(lyr.mlp).__module__ for lyr in self.layers if hasattr(lyr, "mlp")})
         self.dtype = self.inner.embed_tokens.weight.dtype
+        self.thinking = thinking_markers(tokenizer)  # None: a model that does not think
 
     # ----------------------------------------------------------------- loading
     @classmethod

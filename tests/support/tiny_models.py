@@ -17,6 +17,31 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+THINK_TOKENS = ["<think>", "</think>"]
+# Qwen3's template, reduced to what thinking needs: earlier turns lose their reasoning, and
+# enable_thinking=false appends an empty block after the generation prompt. "qwen3" lets the
+# model open the block itself; "qwen3_5" opens it in the generation prompt.
+_THINKING_HISTORY = (
+    "{% for message in messages %}"
+    "{% if message['role'] == 'assistant' %}"
+    "{% set content = message['content'] %}"
+    "{% if '</think>' in content %}"
+    "{% set content = content.split('</think>')[-1].lstrip('\n') %}"
+    "{% endif %}"
+    "{{ '<|im_start|>assistant\n' + content + '<|im_end|>\n' }}"
+    "{% else %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}"
+    "{% endif %}"
+    "{% endfor %}"
+)
+THINKING_TEMPLATES = {
+    "qwen3": _THINKING_HISTORY + "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}"
+    "{% if enable_thinking is defined and enable_thinking is false %}"
+    "{{ '<think>\n\n</think>\n\n' }}{% endif %}{% endif %}",
+    "qwen3_5": _THINKING_HISTORY + "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}"
+    "{% if enable_thinking is defined and enable_thinking is false %}"
+    "{{ '<think>\n\n</think>\n\n' }}{% else %}{{ '<think>\n' }}{% endif %}{% endif %}",
+}
 
 _CORPUS = [
     "The quick brown fox jumps over the lazy dog.",
@@ -91,8 +116,9 @@ ARCH_CONFIGS: dict[str, dict[str, Any]] = {
 }
 
 
-def write_tokenizer(out: Path, vocab_size: int = 320) -> int:
-    """Train a byte-level BPE on a built-in corpus; write tokenizer files; return its size."""
+def write_tokenizer(out: Path, vocab_size: int = 320, thinking: str | None = None) -> int:
+    """Train a byte-level BPE on a built-in corpus; write tokenizer files; return its size.
+    ``thinking`` ("qwen3" or "qwen3_5"): thinking markers and that style's template."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
     tok = Tokenizer(models.BPE())
@@ -101,7 +127,7 @@ def write_tokenizer(out: Path, vocab_size: int = 320) -> int:
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=SPECIAL_TOKENS,
+        special_tokens=SPECIAL_TOKENS + (THINK_TOKENS if thinking else []),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
@@ -112,7 +138,7 @@ def write_tokenizer(out: Path, vocab_size: int = 320) -> int:
         json.dumps(
             {
                 "tokenizer_class": "PreTrainedTokenizerFast",
-                "chat_template": CHAT_TEMPLATE,
+                "chat_template": THINKING_TEMPLATES[thinking] if thinking else CHAT_TEMPLATE,
                 "eos_token": "<|im_end|>",
                 "pad_token": "<|endoftext|>",
                 "bos_token": None,
@@ -132,6 +158,7 @@ def build_tiny_model(
     chat_template: bool = True,
     vocab_size: int | None = None,
     head_dim: int | None = None,
+    thinking: str | None = None,
 ) -> Path:
     """Write config.json, model.safetensors and tokenizer files for ``arch`` into ``out``.
 
@@ -140,7 +167,7 @@ def build_tiny_model(
     attention head size (the tree-verify kernel takes 64 and 128)."""
     from mlx_lm.utils import _get_classes
 
-    vocab = write_tokenizer(out)
+    vocab = write_tokenizer(out, thinking=thinking)
     if not chat_template:
         cfg_file = out / "tokenizer_config.json"
         cfg = json.loads(cfg_file.read_text())

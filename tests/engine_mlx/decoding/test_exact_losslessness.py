@@ -29,10 +29,12 @@ from engine_mlx.decoding.ngram import NGramIndex
 from engine_mlx.decoding.sampling import Sampler, SamplingParams
 from engine_mlx.decoding.selector import AcceptanceCalibrator, BlockCandidates, build_tree
 from engine_mlx.decoding.tree import CandidateTree
+from engine_mlx.thinking import ReasoningState, ThinkingBudget, ThinkingMarkers
 
 VOCAB = 6
 TOLERANCE = 2e-6  # float32 arithmetic against float64 definitions, per outcome
 Context = tuple[int, ...]
+BUDGET: dict = {}  # the budget test's thinking budget: {"markers": ..., "budget": ...}
 
 
 def toy_logits(context: Context) -> np.ndarray:
@@ -48,6 +50,11 @@ def toy_logits(context: Context) -> np.ndarray:
 def defined_distribution(logits: np.ndarray, context: Context, params: SamplingParams):
     """(probabilities, ambiguous): ambiguous when a filter's boundary lies within float
     rounding of a token, where float32 and float64 may rightly disagree."""
+    if BUDGET:  # a thinking budget: past it, the end marker and nothing else
+        state = ReasoningState(BUDGET["markers"])
+        state.advance(context)
+        if state.inside and state.count >= BUDGET["budget"]:
+            return np.eye(VOCAB)[BUDGET["markers"].end], False
     x = logits.astype(np.float64)
     if params.repetition_penalty != 1.0:
         for t in set(context):
@@ -88,7 +95,7 @@ def _normalised(x: np.ndarray, keep: np.ndarray) -> np.ndarray:
 
 
 def engine_sampler(params: SamplingParams, committed: Context) -> Sampler:
-    sampler = Sampler(params)
+    sampler = Sampler(params, ThinkingBudget(**BUDGET) if BUDGET else None)
     sampler.remember(committed)
     return sampler
 
@@ -100,7 +107,8 @@ def plain_probs(context: Context, params: SamplingParams, first: bool) -> np.nda
     if first:
         return np.exp(np.array(engine_sampler(params, context).logprobs(logits)))
     sampler = engine_sampler(params, context[:-1])
-    return np.exp(np.array(sampler.logprobs(logits, extra=mx.array(context[-1:]))))
+    rows = [list(context[-1:])] if sampler.forcing is not None else None
+    return np.exp(np.array(sampler.logprobs(logits, extra=mx.array(context[-1:]), rows=rows)))
 
 
 def tree_outcomes(tree: CandidateTree, probs: np.ndarray) -> dict[Context, float]:
@@ -344,6 +352,25 @@ def test_settings_combined_commit_exactly_plain_samplings_distribution(params, s
     gap = check_lossless(params, SCHEDULES[schedule])
     assume(not np.isnan(gap))
     assert gap < TOLERANCE
+
+
+@pytest.mark.parametrize("schedule", list(SCHEDULES), ids=list(SCHEDULES))
+@pytest.mark.parametrize(
+    "params",
+    [SamplingParams(), SamplingParams(temperature=1.0), SINGLE_SETTINGS[-2]],
+    ids=["greedy", "T1", "app defaults"],
+)
+def test_a_thinking_budget_forces_the_end_marker_alike_in_every_mode(params, schedule, monkeypatch):
+    """Token 4 opens reasoning, 5 ends it; the prompt opens it and the budget is two
+    reasoning tokens: the end marker is forced once the context holds two, which falls
+    inside a verification tree's paths, in every step shape."""
+    budget = {"markers": ThinkingMarkers(start=4, end=5), "budget": 2}
+    monkeypatch.setitem(globals(), "BUDGET", budget)
+    monkeypatch.setitem(globals(), "PROMPT", (1, 2, 3, 4))
+    assert check_lossless(params, SCHEDULES[schedule]) < TOLERANCE
+    forced = speculative_distribution(PROMPT, SCHEDULES[schedule], params, 3)
+    # every outcome that kept reasoning for two tokens continues with the end marker
+    assert all(o[2] == 5 for o in forced if {4, 5}.isdisjoint(o[:2]) and forced[o] > 0)
 
 
 def test_a_penalty_counted_one_step_off_is_caught(monkeypatch):

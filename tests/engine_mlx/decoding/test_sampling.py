@@ -130,16 +130,16 @@ def test_top_k_with_top_p_and_min_p_is_the_reference_filter_over_a_large_vocabul
 def test_the_repetition_penalty_scales_the_contexts_tokens_toward_zero_once():
     sampler = Sampler(SamplingParams(repetition_penalty=2.0))
     logits = mx.array([[4.0, -4.0, 4.0, -4.0, 1.0]] * 3)
-    assert sampler.penalised(logits).tolist() == logits.tolist()  # nothing in the context yet
+    assert sampler.adjusted(logits).tolist() == logits.tolist()  # nothing in the context yet
     sampler.remember([0, 1, 1])  # twice is once
     extra = mx.array([[0, 0], [2, 0], [3, 2]])  # per row: tokens before it, not committed
-    assert sampler.penalised(logits, extra).tolist() == [
+    assert sampler.adjusted(logits, extra).tolist() == [
         [2.0, -8.0, 4.0, -4.0, 1.0],
         [2.0, -8.0, 2.0, -4.0, 1.0],
         [2.0, -8.0, 2.0, -8.0, 1.0],
     ]
     sampler.remember([4])
-    assert sampler.penalised(logits[0]).tolist() == [2.0, -8.0, 4.0, -4.0, 0.5]
+    assert sampler.adjusted(logits[0]).tolist() == [2.0, -8.0, 4.0, -4.0, 0.5]
     off = Sampler(SamplingParams())
     off.remember([0, 1, 2, 3, 4])
-    assert off.penalised(logits).tolist() == logits.tolist()
+    assert off.adjusted(logits).tolist() == logits.tolist()
