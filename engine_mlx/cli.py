@@ -199,6 +199,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-queue", type=int, default=4, help="requests that may wait (more get 429)"
     )
     add_speculation(serve)
+    serve.add_argument(
+        "--thinking-budget",
+        type=int,
+        default=None,
+        help="a thinking model's reasoning tokens before its end marker is forced (a request's "
+        "thinking_budget overrides)",
+    )
+    serve.add_argument(
+        "--reasoning-format",
+        choices=["deepseek", "none"],
+        default="deepseek",
+        help="deepseek: reasoning in reasoning_content (and reasoning); none: in the content, "
+        "between the model's markers",
+    )
 
     demo = sub.add_parser("demo", help="import the demo model if needed and print its folder")
     demo.add_argument(
@@ -306,7 +320,14 @@ def _serve(args: argparse.Namespace) -> int:
             f"Refusing to serve on {args.host} without an API key: pass --api-key KEY, or "
             "bind to 127.0.0.1."
         )
-    base = config_from_args(args, mode=Mode(args.mode), max_tokens=DEFAULT_MAX_TOKENS)
+    if args.thinking_budget is not None and args.thinking_budget < 0:
+        raise EngineError("--thinking-budget must be 0 or more tokens.")
+    base = config_from_args(
+        args,
+        mode=Mode(args.mode),
+        max_tokens=DEFAULT_MAX_TOKENS,
+        thinking_budget=args.thinking_budget,
+    )
 
     def build() -> Session:  # on the server's engine thread, which owns all MLX work
         target = load_target(resolve_model(args.model))
@@ -318,7 +339,9 @@ def _serve(args: argparse.Namespace) -> int:
 
     runner = EngineRunner(build, args.max_queue)
     runner.wait_ready()  # raises what went wrong loading the model
-    server = Server(runner, base_config=base, api_key=args.api_key)
+    server = Server(
+        runner, base_config=base, api_key=args.api_key, reasoning_format=args.reasoning_format
+    )
     run_server(server, args.host, args.port, lambda line: print(line, file=sys.stderr, flush=True))
     return 0
 

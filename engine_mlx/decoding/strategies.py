@@ -100,13 +100,19 @@ class Autoregressive:
         self._root: mx.array | None = None
         self._first = False
         self._queued: tuple[mx.array, Any, list[mx.array]] | None = None
+        # Whether the root is in the sampler's context already: one handed over by another
+        # strategy was committed (and remembered) by it; this strategy's own roots are
+        # remembered only once the step that read them returns.
+        self._root_remembered = False
 
     def begin(self, first_token: mx.array) -> None:
         self._root, self._first, self._queued = first_token, True, None
+        self._root_remembered = False
         mx.async_eval(first_token)
 
     def resume(self, root: int) -> None:
         self._root, self._first, self._queued = mx.array(root), False, None
+        self._root_remembered = True
 
     def release(self) -> int:
         if self._queued is not None:
@@ -126,7 +132,9 @@ class Autoregressive:
         out = self.target.forward(self._root.reshape(1), self.cache, capture=self.capture)
         # The root is committed by the step that queues this, after it: not remembered yet.
         # A forcing rule reads it on the host (a thinking budget costs the pipeline a sync).
-        rows = [[int(self._root.item())]] if self.sampler.forcing is not None else None
+        rows = None
+        if self.sampler.forcing is not None:
+            rows = [[] if self._root_remembered else [int(self._root.item())]]
         nxt = self.sampler.sample(out.logits[0, -1], extra=self._root.reshape(1), rows=rows)
         mx.async_eval(nxt)
         self._queued = (nxt, snap, out.features)
@@ -154,7 +162,7 @@ class Autoregressive:
             token = int(nxt.item())
             if self.on_features is not None:
                 self.on_features([int(self._root.item())], features, None)
-            self._root = nxt
+            self._root, self._root_remembered = nxt, False
         if limit > 1 and queue_next:
             self._queue()
         return StepOutcome([token], [False], StepStats(mode=self.name, committed=1, width=1))

@@ -42,6 +42,9 @@ RETRY_AFTER_S = 2
 DISCONNECT_POLL_S = 0.25
 
 
+REASONING_FORMATS = ("deepseek", "none")
+
+
 def is_loopback(host: str) -> bool:
     if host == "localhost":
         return True
@@ -72,7 +75,11 @@ class Server:
         *,
         base_config: GenerationConfig | None = None,
         api_key: str | None = None,
+        reasoning_format: str = "deepseek",
     ) -> None:
+        if reasoning_format not in REASONING_FORMATS:
+            raise ValueError(f"reasoning format must be one of {', '.join(REASONING_FORMATS)}")
+        self.reasoning_format = reasoning_format
         self.runner = runner
         self.base_config = base_config or GenerationConfig(mode=Mode.AUTO)
         self.api_key = api_key
@@ -165,7 +172,12 @@ class Server:
                 code="queue_full",
             )
             return _error(error, headers={"Retry-After": str(RETRY_AFTER_S)})
-        builder = ResponseBuilder(self.model_name, chat)
+        tokenizer = self.session.target.tokenizer
+        markers = (
+            getattr(tokenizer, "think_start", None) or "<think>",
+            getattr(tokenizer, "think_end", None) or "</think>",
+        )
+        builder = ResponseBuilder(self.model_name, chat, self.reasoning_format, markers)
         if req.stream:
             stream = _stream(job, events, builder, req)
             return StreamingResponse(stream, media_type="text/event-stream")
@@ -219,7 +231,10 @@ class Server:
             message = error.message if error else "The generation did not finish."
             return _error(ApiError(500, message, kind="server_error"))
         mode = str(req.config.mode)
-        return JSONResponse(builder.complete(finished.text, finished.reason, finished.stats, mode))
+        reply = builder.complete(
+            finished.text, finished.reason, finished.stats, mode, finished.reasoning
+        )
+        return JSONResponse(reply)
 
 
 async def _stream(
@@ -230,12 +245,19 @@ async def _stream(
 ) -> AsyncIterator[str]:
     """Server-sent events: the text as it is committed, then the finish chunk (with the
     statistics), the usage chunk if asked for, and ``[DONE]``. Leaving early cancels."""
+    inline = InlineReasoning(builder)
     try:
         if builder.chat:
             yield _sse(builder.chunk(role=True))
         while (event := await events.get()) is not None:
-            if isinstance(event, Tokens) and event.text:
-                yield _sse(builder.chunk(event.text))
+            if isinstance(event, Tokens) and builder.reasoning_format == "none":
+                if text := inline.text(event.reasoning, event.text, event.part):
+                    yield _sse(builder.chunk(text))
+            elif isinstance(event, Tokens) and (event.text or event.reasoning):
+                if event.reasoning and builder.chat:
+                    yield _sse(builder.chunk(reasoning=event.reasoning))
+                if event.text:
+                    yield _sse(builder.chunk(event.text))
             elif isinstance(event, Finished) and event.reason != "cancelled":
                 mode = str(req.config.mode)
                 yield _sse(builder.final_chunk(event.reason, event.stats, mode, req.include_usage))
@@ -246,6 +268,24 @@ async def _stream(
         yield "data: [DONE]\n\n"
     finally:
         job.cancel.set()  # a no-op once finished; stops the generation if the client left
+
+
+class InlineReasoning:
+    """``--reasoning-format none`` while streaming: reasoning goes into the content between
+    the model's markers, each written once where the reasoning starts and ends."""
+
+    def __init__(self, builder: ResponseBuilder) -> None:
+        self.start, self.end = builder.markers
+        self.open = False
+
+    def text(self, reasoning: str, answer: str, part: str) -> str:
+        out = ""
+        if reasoning:
+            out += ("" if self.open else self.start) + reasoning
+            self.open = True
+        if self.open and (answer or part == "answer"):
+            out, self.open = out + self.end, False
+        return out + answer
 
 
 def _sse(obj: dict[str, Any]) -> str:

@@ -109,8 +109,13 @@ def _chat_ids(body: dict[str, Any], target: TargetModel) -> list[int]:
     if not messages:
         raise ApiError(400, "'messages' must hold at least one message.", param="messages")
     plain = [_message_text(m, i) for i, m in enumerate(messages)]
+    kwargs = _get(body, "chat_template_kwargs", dict, default=None) or {}
+    if not all(isinstance(key, str) for key in kwargs):
+        raise ApiError(
+            400, "'chat_template_kwargs' keys must be names.", param="chat_template_kwargs"
+        )
     try:
-        return ChatFormatter(target.tokenizer).encode_messages(check_messages(plain))
+        return ChatFormatter(target.tokenizer).encode_messages(check_messages(plain), kwargs)
     except EngineError as exc:
         raise ApiError(400, str(exc), param="messages") from None
 
@@ -174,7 +179,17 @@ def _config(body: dict[str, Any], base: GenerationConfig) -> GenerationConfig:
         stop_strings=stops,
         mode=mode,
         loop_guard=_get(body, "loop_guard", bool, default=False),
+        thinking_budget=_budget(body, base.thinking_budget),
     )
+
+
+def _budget(body: dict[str, Any], default: int | None) -> int | None:
+    """``thinking_budget``: reasoning tokens before the end marker is forced (a thinking
+    model only); the server's ``--thinking-budget`` when absent."""
+    budget = _get(body, "thinking_budget", int, default=default)
+    if budget is not None and budget < 0:
+        raise ApiError(400, "'thinking_budget' must be 0 or more tokens.", param="thinking_budget")
+    return budget
 
 
 def _stops(value: Any) -> tuple[str, ...]:

@@ -43,6 +43,7 @@ def flashchat_stats(stats: GenerationStats, mode: str) -> dict[str, Any]:
         "drafted_tokens": stats.drafted,
         "accepted_tokens": stats.accepted,
         "reused_prompt_tokens": stats.reused_prompt_tokens,
+        "segments": stats.segments,  # a thinking model's reasoning and answer, apart
     }
 
 
@@ -60,6 +61,10 @@ class ResponseBuilder:
 
     model: str
     chat: bool
+    # "deepseek": reasoning in ``reasoning_content`` (and ``reasoning``), as llama-server's
+    # --reasoning-format deepseek; "none": inside the content, between the model's markers.
+    reasoning_format: str = "deepseek"
+    markers: tuple[str, str] = ("<think>", "</think>")
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:24])
     created: int = field(default_factory=lambda: int(time.time()))
 
@@ -70,12 +75,26 @@ class ResponseBuilder:
     def _base(self, obj: str) -> dict[str, Any]:
         return {"id": self._id, "object": obj, "created": self.created, "model": self.model}
 
-    def chunk(self, text: str | None = None, *, role: bool = False) -> dict[str, Any]:
-        """A stream chunk with new text (or, first, the assistant role)."""
+    def reasoning_fields(self, reasoning: str) -> dict[str, str]:
+        return {"reasoning_content": reasoning, "reasoning": reasoning}
+
+    def inline(self, text: str, reasoning: str) -> str:
+        """``none``: the answer with its reasoning in front, between the markers."""
+        if not reasoning:
+            return text
+        start, end = self.markers
+        return f"{start}{reasoning}{end}{text}"
+
+    def chunk(
+        self, text: str | None = None, *, role: bool = False, reasoning: str = ""
+    ) -> dict[str, Any]:
+        """A stream chunk with new text or reasoning (or, first, the assistant role)."""
         if self.chat:
             delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else {}
             if text is not None:
                 delta["content"] = text
+            if reasoning:
+                delta |= self.reasoning_fields(reasoning)
             choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
             return {**self._base("chat.completion.chunk"), "choices": [choice]}
         choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": None}
@@ -103,15 +122,23 @@ class ResponseBuilder:
             "flashchat": flashchat_stats(stats, mode),
         }
 
-    def complete(self, text: str, reason: str, stats: GenerationStats, mode: str) -> dict:
+    def complete(
+        self, text: str, reason: str, stats: GenerationStats, mode: str, reasoning: str = ""
+    ) -> dict:
         """The whole (non-streamed) response."""
         finish = FINISH_REASONS.get(reason, "stop")
+        if self.reasoning_format == "none":
+            text, reasoning = self.inline(text, reasoning), ""
         if self.chat:
-            message = {"role": "assistant", "content": text}
+            message: dict[str, Any] = {"role": "assistant", "content": text}
+            if reasoning:
+                message |= self.reasoning_fields(reasoning)
             choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
             obj = "chat.completion"
         else:
             choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+            if reasoning:
+                choice |= self.reasoning_fields(reasoning)
             obj = "text_completion"
         return {
             **self._base(obj),

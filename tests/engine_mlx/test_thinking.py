@@ -16,15 +16,18 @@ from engine_mlx.session import Session
 from engine_mlx.thinking import Part, ReasoningState
 from tests.support.drafters import OracleDrafter, random_mtp_head
 
-MODES = ["ar", "dflash2", "lookup", "mtp"]
+MODES = ["ar", "dflash2", "lookup", "mtp", "auto"]
 
 
 def _run(target, ids, modes=MODES, **config):
+    """Each mode twice on one session, and the second reply: auto has learned by then and
+    changes modes (handing a root that is committed already from one strategy to another)."""
     mtp = MTPDrafter(random_mtp_head(target), target, steps=2)
-    session = Session(target, OracleDrafter(target, block_size=5), mtp)
+    session = Session(target, OracleDrafter(target, block_size=5), mtp, reuse_prompt=True)
     out = {}
     for mode in modes:
-        events = list(session.generate(ids, GenerationConfig(mode=mode, **config)))
+        for _ in range(2):
+            events = list(session.generate(ids, GenerationConfig(mode=mode, **config)))
         out[mode] = (events[-1], [e for e in events if isinstance(e, Tokens)])
     return out
 
@@ -138,3 +141,25 @@ def test_the_command_line_splits_reasoning_from_the_answer(thinking_target, caps
         )
         == 2
     )
+
+
+@pytest.mark.parametrize("budget", [3, 4, 5, 6, 7])
+def test_the_budget_holds_across_a_change_of_mode_at_every_step(
+    thinking_target, monkeypatch, budget
+):
+    """Auto forced through plain decoding, DFlash2 and MTP in turn: a strategy that takes
+    over holds a root the last one committed, which the forcing rule must count once."""
+    from engine_mlx.modes import Mode
+    from engine_mlx.step_costs import StepCosts
+    from tests.support.auto_driver import drive_auto
+
+    target = thinking_target("qwen3", "qwen3_5")
+    ids = encode_prompt(target, "Why is the sky blue?", chat=True)
+    config = {"max_tokens": 12, "ignore_eos": True, "thinking_budget": budget}
+    ((plain, _),) = _run(target, ids, ["ar"], **config).values()
+    cheap = StepCosts({(n, 0): 0.05 for n in (1, 2, 4)})
+    modes = (Mode.LOOKUP, Mode.AR, Mode.MTP, Mode.AR, Mode.DFLASH2, Mode.AR)
+    drive_auto(monkeypatch, lambda k: cheap, lambda k, current: modes[k % len(modes)])
+    ((auto, steps),) = _run(target, ids, ["auto"], **config).values()
+    assert len({e.step.mode for e in steps}) >= 3
+    assert auto.tokens == plain.tokens

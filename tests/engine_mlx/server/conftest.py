@@ -46,7 +46,8 @@ def start_server(tiny_folder: Path) -> Iterator[Callable[..., Running]]:  # noqa
     started: list[Running] = []
 
     def start(**options) -> Running:
-        build = lambda: Session(load_target(tiny_folder), reuse_prompt=True)  # noqa: E731
+        folder = options.pop("model", tiny_folder)
+        build = lambda: Session(load_target(folder), reuse_prompt=True)  # noqa: E731
         runner = EngineRunner(build, options.pop("max_waiting", 4), options.pop("on_event", None))
         runner.wait_ready()
         running = Running(Server(runner, **options))
