@@ -123,6 +123,7 @@ class EngineWorker(QObject):
                 drafter_path=str(Path(drafter_path)) if drafter_path else "",
                 mtp=speculators.mtp_source or "",
                 mtp_reason=speculators.mtp_reason or "",
+                thinks=target.thinking is not None,
             )
         )
         if warning:
@@ -168,10 +169,15 @@ class EngineWorker(QObject):
             return
         try:
             config = self._config(settings)
+            kwargs = (
+                {"enable_thinking": bool(settings["thinking"])} if "thinking" in settings else None
+            )
             if self._remote is not None:
-                self._stream(self._remote.generate(messages, config, self._cancel))
+                self._stream(self._remote.generate(messages, config, self._cancel, kwargs))
             elif self._session is not None:
-                ids = encode_prompt(self._session.target, messages)
+                target = self._session.target
+                kwargs = kwargs if target.thinking is not None else None
+                ids = encode_prompt(target, messages, template_kwargs=kwargs)
                 self._stream(self._session.generate(ids, config, self._cancel))
         except (EngineError, ValueError) as exc:
             self.error.emit(str(exc))
@@ -201,10 +207,14 @@ class EngineWorker(QObject):
             policy="threshold" if threshold > 0 else "expected",
             auto_threshold=threshold or 4096,
             loop_guard=bool(settings.get("loop_guard", False)),
+            thinking_budget=int(settings["thinking_budget"]) or None
+            if settings.get("thinking_budget")
+            else None,
         )
 
     def _stream(self, events: Iterator[Event]) -> None:
         pending: list[tuple[str, bool]] = []
+        thought = ""  # reasoning not yet sent
         shown = 0  # characters already sent to the window
         latest: Tokens | None = None
         last_emit = 0.0
@@ -214,11 +224,12 @@ class EngineWorker(QObject):
             elif isinstance(event, Tokens):
                 latest = event
                 pending.extend(seg for seg in event.segments if seg[0])
+                thought += event.reasoning
                 now = time.perf_counter()
                 if now - last_emit >= UPDATE_INTERVAL_S:
-                    self.segments.emit(LiveUpdate(tuple(pending), latest))
+                    self.segments.emit(LiveUpdate(tuple(pending), latest, thought))
                     shown += sum(len(t) for t, _ in pending)
-                    pending, last_emit = [], now
+                    pending, thought, last_emit = [], "", now
             elif isinstance(event, ModeSwitch):
                 self.mode_switched.emit(event)
             elif isinstance(event, Finished):
@@ -226,8 +237,8 @@ class EngineWorker(QObject):
                 tail = event.text[shown:]  # the detokenizer's last bytes, never in a step
                 if tail:
                     pending.append((tail, False))
-                if pending:
-                    self.segments.emit(LiveUpdate(tuple(pending), latest))
+                if pending or thought:
+                    self.segments.emit(LiveUpdate(tuple(pending), latest, thought))
                 self.finished.emit(event)
             elif isinstance(event, Error):
                 self.error.emit(event.message)

@@ -30,6 +30,7 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import (
     QApplication,
+    QCheckBox,
     QHBoxLayout,
     QLabel,
     QMainWindow,
@@ -237,6 +238,14 @@ class MainWindow(QMainWindow):
         self.stop_button = QPushButton("Stop", self)
         self.stop_button.setAccessibleName("Stop")
         self.stop_button.setEnabled(False)
+        self.think_box = QCheckBox("Think", self)
+        self.think_box.setAccessibleName("Think")
+        self.think_box.setToolTip(
+            "A thinking model reasons before it answers (the reasoning folds away above the "
+            "answer). Each conversation keeps its own choice."
+        )
+        self.think_box.setChecked(self.settings.think)
+        self.think_box.hide()  # shown for models that think
         self.settings_button = QPushButton("Settings…", self)
         self.settings_button.setAccessibleName("Settings")
         self.panel = SpeedPanel(self)
@@ -245,6 +254,7 @@ class MainWindow(QMainWindow):
 
         row = QHBoxLayout()
         row.addWidget(self.context_meter, 1)
+        row.addWidget(self.think_box)
         row.addWidget(self.settings_button)
         row.addWidget(self.stop_button)
         row.addWidget(self.send_button)
@@ -272,6 +282,7 @@ class MainWindow(QMainWindow):
         self.send_button.clicked.connect(self.send)
         self.stop_button.clicked.connect(self.stop)
         self.settings_button.clicked.connect(self.open_settings)
+        self.think_box.toggled.connect(self._on_think_toggled)
         self.conversations.selected.connect(self.open_conversation)
         self.conversations.new_requested.connect(self.new_chat)
         self.conversations.deleted.connect(self._on_deleted)
@@ -444,6 +455,9 @@ class MainWindow(QMainWindow):
         self.conversations.list.setCurrentItem(None)
         self.chat.clear()
         self._update_context(0)
+        self.think_box.blockSignals(True)
+        self.think_box.setChecked(self.settings.think)
+        self.think_box.blockSignals(False)
         self.prompt_edit.setFocus()
 
     @Slot(int)
@@ -458,7 +472,11 @@ class MainWindow(QMainWindow):
             messages = self.store.messages(conversation_id)
             for msg in messages:
                 if msg.role != "system":
-                    self.chat.add_message(msg.role, msg.content, msg.id, msg.stats)
+                    self.chat.add_message(msg.role, msg.content, msg.id, msg.stats, msg.reasoning)
+            think = self.store.think(conversation_id)
+            self.think_box.blockSignals(True)
+            self.think_box.setChecked(self.settings.think if think is None else think)
+            self.think_box.blockSignals(False)
             last = next((m.stats for m in reversed(messages) if m.stats), None)
             self._update_context(int(last.get("context_depth", 0)) if last else 0)
 
@@ -471,6 +489,7 @@ class MainWindow(QMainWindow):
             if self.conversation_id is None:
                 title = text.splitlines()[0][:60]
                 self.conversation_id = self.store.create_conversation(title).id
+                self.store.set_think(self.conversation_id, self.think_box.isChecked())
                 self.conversations.refresh()
                 self.conversations.select(self.conversation_id, emit=False)
             message = self.store.add_message(self.conversation_id, "user", text)
@@ -506,7 +525,19 @@ class MainWindow(QMainWindow):
     def _generation_settings(self) -> dict:
         s = asdict(self.settings) | self._overrides
         s["mode"] = self._mode()
+        s.pop("think", None)
+        if self._loaded is not None and self._loaded.thinks:
+            s["thinking"] = self.think_box.isChecked()
         return s
+
+    @Slot(bool)
+    def _on_think_toggled(self, on: bool) -> None:
+        """The choice belongs to the conversation, and new chats start from the last one."""
+        self.settings = replace(self.settings, think=on)
+        with self._storage():
+            if self.conversation_id is not None:
+                self.store.set_think(self.conversation_id, on)
+            save_settings(self.store, self.settings)
 
     def _mode(self) -> Mode:
         """The mode for the next reply: the forced one while the model offers it, else auto."""
@@ -667,6 +698,7 @@ class MainWindow(QMainWindow):
     @Slot(object)
     def _on_loaded(self, info: ModelInfo) -> None:
         self._loaded = info
+        self.think_box.setVisible(info.thinks)
         self.available_modes = list(info.modes)
         self.max_context = info.max_context
         self.model_bar.show_loaded(info)
@@ -686,9 +718,11 @@ class MainWindow(QMainWindow):
 
     @Slot(object)
     def _on_segments(self, update: LiveUpdate) -> None:
+        self.chat.append_reasoning(update.reasoning)
         self.chat.append_assistant(list(update.segments))
         step = update.latest
         if step is not None:
+            self.panel.set_part(step.part if self._loaded and self._loaded.thinks else "")
             self.panel.update_live(
                 step.live_tps, step.context_depth, step.tau, step.acceptance_rate, step.step.mode
             )
@@ -705,13 +739,14 @@ class MainWindow(QMainWindow):
         if not math.isfinite(stats["tau"]):  # a remote server that does not report it
             stats["tau"] = None
         message_id = -1
-        if self.conversation_id is not None and event.text:
+        if self.conversation_id is not None and (event.text or event.reasoning):
             with self._storage():
                 message_id = self.store.add_message(
-                    self.conversation_id, "assistant", event.text, stats
+                    self.conversation_id, "assistant", event.text, stats, event.reasoning or None
                 ).id
                 self.conversations.refresh()
-        self.chat.finish_assistant(message_id, stats, event.reason)
+        self.chat.finish_assistant(message_id, stats, event.reason, event.reasoning)
+        self.panel.set_part("")
         self.panel.generation_finished(stats)
         self._update_context(event.stats.context_depth)
         self.send_button.setEnabled(True)

@@ -24,6 +24,7 @@ class ModelInfo:
     drafter_path: str = ""
     mtp: str = ""  # where the MTP head came from ("" when none)
     mtp_reason: str = ""  # why there is none
+    thinks: bool = False  # a thinking model (the Think toggle shows); remote: unknown, False
 
 
 @dataclass(frozen=True)
@@ -32,3 +33,4 @@ class LiveUpdate:
 
     segments: tuple[tuple[str, bool], ...]  # (text, came from drafted tokens)
     latest: Tokens | None
+    reasoning: str = ""  # reasoning streamed since the last update (a thinking model)

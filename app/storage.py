@@ -55,8 +55,14 @@ _SCHEMA_V1 = (
     "CREATE INDEX messages_conversation ON messages (conversation_id, id)",
     "CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
 )
-# v2: a reply's reasoning (a thinking model's text before its answer), kept beside the answer.
-_UPGRADES = {2: ("ALTER TABLE messages ADD COLUMN reasoning TEXT",)}
+# v2: a reply's reasoning (a thinking model's text before its answer), kept beside the answer,
+# and each conversation's Think toggle (NULL: never set, the app's default).
+_UPGRADES = {
+    2: (
+        "ALTER TABLE messages ADD COLUMN reasoning TEXT",
+        "ALTER TABLE conversations ADD COLUMN think INTEGER",
+    )
+}
 
 # An external-content index kept in step by triggers (cascade deletes fire them too). It is
 # derived data: dropped triggers are recreated and the index rebuilt on the next FTS5 open.
@@ -331,6 +337,22 @@ class ConversationStore:
                 (clean_title(title), conversation_id),
             )
 
+    def set_think(self, conversation_id: int, think: bool) -> None:
+        """The conversation's Think toggle (a thinking model reasons before answering)."""
+        with self._transaction() as conn:
+            self._require_conversation(conversation_id)
+            conn.execute(
+                "UPDATE conversations SET think = ? WHERE id = ?", (int(think), conversation_id)
+            )
+
+    def think(self, conversation_id: int) -> bool | None:
+        """The conversation's Think toggle; None when never set (or no such conversation)."""
+        with self._guard("could not be read"):
+            row = self._conn.execute(
+                "SELECT think FROM conversations WHERE id = ?", (conversation_id,)
+            ).fetchone()
+        return None if row is None or row[0] is None else bool(row[0])
+
     def delete_conversation(self, conversation_id: int) -> None:
         """Deletes its messages too; deleting an unknown id is a no-op."""
         with self._transaction() as conn:
@@ -519,6 +541,8 @@ class AppSettings:
     repetition_penalty: float = 1.05
     max_tokens: int = 1024
     loop_guard: bool = True  # stop a reply that repeats one short cycle (engine's loop guard)
+    think: bool = True  # a thinking model reasons first (new chats; each chat keeps its own)
+    thinking_budget: int = 0  # reasoning tokens before the answer is forced; 0: no budget
     system_prompt: str = "You are a helpful assistant."
     draft_width: int = 2
     block_size: int = 0  # 0 = the drafter's own
@@ -542,6 +566,7 @@ _SETTING_CHECKS: dict[str, Any] = {
     "draft_width": lambda v: v >= 1,
     "block_size": lambda v: v >= 0,
     "auto_threshold": lambda v: v >= 0,
+    "thinking_budget": lambda v: v >= 0,
     "serve_port": lambda v: 1 <= v <= 65535,
     "forced_mode": lambda v: isinstance(v, str) and parse_mode(v) is not None,
 }

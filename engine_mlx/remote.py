@@ -113,7 +113,10 @@ class RemoteSession:
         messages: Sequence[dict[str, str]],
         config: GenerationConfig,
         cancel: threading.Event | None = None,
+        template_kwargs: dict[str, Any] | None = None,
     ) -> Iterator[Event]:
+        """``template_kwargs`` go to the server's chat template (``chat_template_kwargs``,
+        as llama-server, vLLM and FlashChat take it: ``enable_thinking``)."""
         cancel = cancel or threading.Event()
         sampling = config.sampling
         # Top-k and the repetition penalty are not OpenAI parameters (some servers refuse
@@ -131,6 +134,10 @@ class RemoteSession:
             body["seed"] = sampling.seed
         if config.stop_strings:
             body["stop"] = list(config.stop_strings)
+        if template_kwargs:
+            body["chat_template_kwargs"] = dict(template_kwargs)
+        if config.thinking_budget is not None:
+            body["thinking_budget"] = config.thinking_budget
         try:
             yield from self._stream(body, cancel)
         except httpx.HTTPError as exc:
@@ -142,6 +149,7 @@ class RemoteSession:
         first: float | None = None
         chunks = 0
         text: list[str] = []
+        thoughts: list[str] = []
         reason = "eos"
         final: dict[str, Any] = {}
         started = False
@@ -164,15 +172,19 @@ class RemoteSession:
                 if chunk.get("usage") or speculation_counts(chunk):
                     final = {**final, **chunk}
                 for choice in chunk.get("choices") or []:
-                    piece = (choice.get("delta") or {}).get("content") or ""
+                    delta = choice.get("delta") or {}
+                    piece = delta.get("content") or ""
+                    # llama-server's --reasoning-format deepseek, vLLM, FlashChat's serve
+                    thought = delta.get("reasoning_content") or delta.get("reasoning") or ""
                     if choice.get("finish_reason"):
                         reason = "max_tokens" if choice["finish_reason"] == "length" else "eos"
-                    if not piece:
+                    if not piece and not thought:
                         continue
                     now = time.perf_counter()
                     first = first or now
                     chunks += 1
                     text.append(piece)
+                    thoughts.append(thought)
                     rate = (chunks - 1) / (now - first) if now > first else 0.0
                     yield Tokens(
                         text=piece,
@@ -181,11 +193,14 @@ class RemoteSession:
                         step=StepStats(Mode.AUTO, committed=1, seconds=0.0),
                         live_tps=rate,
                         context_depth=0,
-                        segments=((piece, False),),
+                        segments=((piece, False),) if piece else (),
                         tau=UNKNOWN,
+                        reasoning=thought,
+                        part="answer" if piece else "reasoning",
                     )
         end = time.perf_counter()
-        yield Finished(reason, "".join(text), (), self._stats(final, chunks, t0, first, end))
+        stats = self._stats(final, chunks, t0, first, end)
+        yield Finished(reason, "".join(text), (), stats, "".join(thoughts))
 
     def _stats(
         self, final: dict[str, Any], chunks: int, t0: float, first: float | None, end: float

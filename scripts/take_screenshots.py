@@ -4,6 +4,10 @@
 
 ``--width 1024`` (on a screen at least as wide) shows the window at a smaller laptop's width.
 
+``--thinking`` (with ``--model`` a thinking model) sets a thinking budget of 40 tokens and
+grabs the finished reply with its reasoning folded and then opened (thinking_collapsed.png,
+thinking_expanded.png).
+
 ``--transfer`` also exports the finished conversation (File → Export), deletes it, imports the
 file back and grabs the window before and after (transfer_before.png, transfer_after.png).
 
@@ -68,6 +72,12 @@ class Driver(QObject):
             self.win.panel.set_auto(True)
         else:
             self.grab("empty.png")
+        if self.args.thinking:
+            from dataclasses import replace
+
+            self.win.settings = replace(
+                self.win.settings, thinking_budget=40, max_tokens=120, temperature=0.0
+            )
         self.win.prompt_edit.setPlainText(prompt)
         self.win.send()
 
@@ -95,6 +105,12 @@ class Driver(QObject):
     @Slot()
     def finish(self) -> None:
         self.grab("finished.png")
+        if self.args.thinking:
+            self.grab("thinking_collapsed.png")
+            message = self.win.store.messages(self.win.conversation_id)[-1]
+            self.win.chat.toggle_reasoning(str(message.id))
+            QTimer.singleShot(300, self.finish_thinking)
+            return
         if self.args.transfer:
             self.grab("transfer_before.png")
             exported = self.args.out / "conversation.json"
@@ -104,6 +120,12 @@ class Driver(QObject):
             self.win.transfer.import_from(exported)
             QTimer.singleShot(500, self.finish_transfer)
             return
+        self.win.close()
+        self.app.quit()
+
+    @Slot()
+    def finish_thinking(self) -> None:
+        self.grab("thinking_expanded.png")
         self.win.close()
         self.app.quit()
 
@@ -174,6 +196,7 @@ def main() -> int:
     )
     parser.add_argument("--width", type=int, default=1280, help="window width in pixels")
     parser.add_argument("--transfer", action="store_true", help="export, delete, import back")
+    parser.add_argument("--thinking", action="store_true", help="a thinking reply, folded/open")
     parser.add_argument("--library", action="store_true", help="library.png: a download")
     parser.add_argument("--library-repo", default=DEMO.hub_repo)
     parser.add_argument("--library-speed", type=float, default=6e6, help="bytes/s served")

@@ -26,6 +26,24 @@ from app.stats_line import format_stats
 from app.widgets.markdown_render import Theme, code_blocks, render_markdown
 
 SCHEME = "flashchat"
+
+
+def reasoning_header(stats: dict | None, thinking_since: float | None) -> str:
+    """ "Thought for 12 s · 310 tokens · τ 2.40" from a reply's reasoning figures; while the
+    model still thinks, "Thinking… 4 s"."""
+    if thinking_since is not None:
+        return f"Thinking… {time.monotonic() - thinking_since:.0f} s"
+    part = ((stats or {}).get("segments") or {}).get("reasoning") or {}
+    bits = ["Thought"]
+    if part.get("seconds") is not None:
+        bits[0] += f" for {part['seconds']:.0f} s"
+    if part.get("tokens"):
+        bits.append(f"{part['tokens']} tokens")
+    if part.get("tau") is not None:
+        bits.append(f"τ {part['tau']:.2f}")
+    return " · ".join(bits)
+
+
 ROLE_LABELS = {"user": "You", "assistant": "Assistant"}
 LIVE = "live"
 
@@ -46,6 +64,9 @@ class _Message:
     message_id: int | None = None
     stats: dict | None = None
     reason: str = ""
+    reasoning: str = ""  # a thinking model's reasoning, shown in a block above the answer
+    expanded: bool | None = None  # the block, opened or closed by hand (None: the default)
+    thinking_since: float | None = None  # when the live reasoning began (its running time)
     draft: bytearray = field(default_factory=bytearray)  # 1 per character from draft tokens
     html: str = ""  # cached render of a finished message; "" means stale
 
@@ -91,11 +112,18 @@ class ChatView(QWidget):
         self.browser.clear()
         self._tail_start = 0
 
-    def add_message(self, role: str, text: str, message_id: int, stats: dict | None = None) -> None:
+    def add_message(
+        self,
+        role: str,
+        text: str,
+        message_id: int,
+        stats: dict | None = None,
+        reasoning: str | None = None,
+    ) -> None:
         """Append a finished message (history, or the user's just-sent prompt); a stored
         reply's stop reason comes with its stats, so a reopened chat shows the same note."""
         reason = str(stats.get("reason", "")) if stats else ""
-        message = _Message(role, text, message_id, stats, reason)
+        message = _Message(role, text, message_id, stats, reason, reasoning or "")
         self._messages.append(message)
         self._by_id[message_id] = message
         if self._live is not None:
@@ -130,14 +158,33 @@ class ChatView(QWidget):
         else:
             self._render_live()
 
-    def finish_assistant(self, message_id: int, stats: dict | None, reason: str) -> None:
-        """Turn the streaming reply into a finished message with its id, stats and stop reason."""
+    def append_reasoning(self, text: str) -> None:
+        """Add streamed reasoning: shown open while the model thinks, closed once it answers."""
+        if not text:
+            return
+        if self._live is None:
+            self.start_assistant()
+        live = self._live
+        assert live is not None
+        if live.thinking_since is None:
+            live.thinking_since = time.monotonic()
+        live.reasoning += text
+        if not self._render_timer.isActive():
+            self._render_live()
+
+    def finish_assistant(
+        self, message_id: int, stats: dict | None, reason: str, reasoning: str | None = None
+    ) -> None:
+        """Turn the streaming reply into a finished message with its id, stats, stop reason
+        and (whole) reasoning."""
         if self._live is None:
             self.start_assistant()
         message = self._live
         assert message is not None
         self._render_timer.stop()
         message.message_id, message.stats, message.reason = message_id, stats, reason
+        if reasoning is not None:
+            message.reasoning = reasoning
         self._live = None
         self._messages.append(message)
         self._by_id[message_id] = message
@@ -151,9 +198,18 @@ class ChatView(QWidget):
         self._colour_draft = enabled
         self._rebuild()
 
-    def message_text(self, message_id: int) -> str:
-        """The raw Markdown of a finished message; KeyError for an unknown id."""
-        return self._by_id[message_id].text
+    def message_text(self, message_id: int, with_reasoning: bool = False) -> str:
+        """The raw Markdown of a finished message (its reasoning first, on request, in a
+        quoted block); KeyError for an unknown id."""
+        message = self._by_id[message_id]
+        if not with_reasoning or not message.reasoning:
+            return message.text
+        quoted = "\n".join("> " + line for line in message.reasoning.strip().splitlines())
+        return f"{quoted}\n\n{message.text}"
+
+    def reasoning_open(self, message_id: int) -> bool:
+        """Whether a finished message's reasoning block is open (KeyError: no such id)."""
+        return bool(self._by_id[message_id].expanded)
 
     def streaming_text(self) -> str:
         """The text streamed so far, or "" when no reply is streaming."""
@@ -214,10 +270,14 @@ class ChatView(QWidget):
                 f'<p style="margin-top:0px; margin-bottom:0px;"><span style="color:{theme.muted};">'
                 f"{'…' if live else '(no reply)'}</span></p>"
             )
+        if message.reasoning:
+            body = self._reasoning_html(message, key, live) + body
         if live:
-            footer = self._footer("generating…", [])
+            footer = self._footer("thinking…" if self._thinking(message) else "generating…", [])
         elif message.role == "assistant":
             links = [("Copy", f"copy/{key}"), ("Regenerate", f"regenerate/{key}")]
+            if message.reasoning:
+                links.insert(1, ("Copy with reasoning", f"copyall/{key}"))
             footer = self._footer(format_stats(message.stats, message.reason), links)
         else:
             footer = self._footer("", [("Copy", f"copy/{key}")])
@@ -226,6 +286,32 @@ class ChatView(QWidget):
             f'bgcolor="{theme.assistant_bg}" style="{_MESSAGE_GAP}">'
             f"<tr><td>{head}{body}{footer}</td></tr></table>"
         )
+
+    @staticmethod
+    def _thinking(message: _Message) -> bool:
+        """Live and still reasoning: no answer text yet."""
+        return bool(message.reasoning) and not message.text
+
+    def _reasoning_html(self, message: _Message, key: str, live: bool) -> str:
+        """The reasoning block: a header that opens and closes it, and the text when open
+        (open by default only while the model is still thinking)."""
+        theme = self._theme
+        thinking = live and self._thinking(message)
+        opened = message.expanded if message.expanded is not None else thinking
+        header = reasoning_header(message.stats, message.thinking_since if thinking else None)
+        arrow = "▾" if opened else "▸"
+        link = (
+            f'<a href="{SCHEME}:reasoning/{key}"><span style="color:{theme.muted}; '
+            f'text-decoration:none;">{arrow} {html.escape(header)}</span></a>'
+        )
+        out = f'<p style="margin-top:0px; margin-bottom:4px; font-size:small;">{link}</p>'
+        if opened:
+            text = html.escape(message.reasoning.strip()).replace("\n", "<br />")
+            out += (
+                f'<p style="margin-top:0px; margin-bottom:8px; margin-left:12px; '
+                f'font-size:small; color:{theme.muted};">{text}</p>'
+            )
+        return out
 
     def _footer(self, note: str, links: list[tuple[str, str]]) -> str:
         """A small line: muted note (stats) on the left, action links on the right."""
@@ -302,6 +388,9 @@ class ChatView(QWidget):
             return
         action, _, rest = url.path().partition("/")
         key, _, index = rest.partition("/")
+        if action == "reasoning":
+            self.toggle_reasoning(key)
+            return
         if action == "code":
             text = self.streaming_text() if key == LIVE else self._text_for(key)
             blocks = code_blocks(text or "")
@@ -316,10 +405,34 @@ class ChatView(QWidget):
             return
         if action == "copy":
             self._copy(self._by_id[message_id].text)
+        elif action == "copyall":
+            self._copy(self.message_text(message_id, with_reasoning=True))
         elif action == "regenerate":
             self.regenerate_requested.emit(message_id)
         elif action == "edit":
             self.edit_requested.emit(message_id)
+
+    def toggle_reasoning(self, key: str) -> None:
+        """Open or close a reasoning block (``key``: a message id, or the live reply)."""
+        message = self._live if key == LIVE else self._text_message(key)
+        if message is None:
+            return
+        live = message is self._live
+        shown = (
+            message.expanded if message.expanded is not None else (live and self._thinking(message))
+        )
+        message.expanded = not shown
+        message.html = ""
+        if live:
+            self._render_live()
+        else:
+            self._rebuild()
+
+    def _text_message(self, key: str) -> _Message | None:
+        try:
+            return self._by_id.get(int(key))
+        except ValueError:
+            return None
 
     def _text_for(self, key: str) -> str | None:
         """A finished message's text from a link's id part, or None when it is not one."""

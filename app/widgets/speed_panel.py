@@ -608,8 +608,12 @@ class SpeedPanel(QWidget):
         mode_font = QFont(self.font())
         mode_font.setBold(True)
         self.mode_label.setFont(mode_font)
+        # A thinking model's reply: which part is decoding (its reasoning or its answer).
+        self.part_label = self._label("Part decoding", "", muted=True)
+        self.part_label.hide()
         mode_row.addWidget(self.mode_caption)
         mode_row.addStretch(1)
+        mode_row.addWidget(self.part_label)
         mode_row.addWidget(self.mode_label)
         root.addLayout(mode_row)
 
@@ -845,6 +849,12 @@ class SpeedPanel(QWidget):
         self._update_notice()
 
     # --- helpers ----------------------------------------------------------------------------
+
+    def set_part(self, part: str) -> None:
+        """ "reasoning" or "answer" while a thinking model decodes; "" hides the mark."""
+        text = {"reasoning": "thinking ·", "answer": "answering ·"}.get(part, "")
+        _set_text(self.part_label, text)
+        self.part_label.setVisible(bool(text))
 
     def _set_mode(self, mode: str) -> None:
         self._mode = mode

@@ -417,6 +417,9 @@ def test_a_version_1_history_is_upgraded_in_place_and_keeps_its_messages(db_path
         assert (message.content, message.stats, message.reasoning) == ("hi", {"tau": 1.5}, None)
         store.add_message(1, "assistant", "answer", reasoning="because")
         assert store.messages(1)[-1].reasoning == "because"
+        assert store.think(1) is None  # never set: the app's default
+        store.set_think(1, False)
+        assert store.think(1) is False
     conn = sqlite3.connect(db_path)
     assert conn.execute("PRAGMA user_version").fetchone()[0] == storage.SCHEMA_VERSION == 2
     conn.close()

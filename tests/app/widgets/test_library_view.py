@@ -170,11 +170,11 @@ def test_unfinished_download_on_disk_can_be_resumed_or_discarded(
 def test_rows_grow_with_their_wrapped_text_when_the_dialog_narrows(qtbot, view):
     from PySide6.QtWidgets import QTableWidgetItem
 
-    view.resize(960, 500)
+    view.resize(1800, 500)
     view.table.setRowCount(1)
     long = "does not fit SmolLM2-135M-Instruct: drafter hidden size 64, target 576; " * 2
     view.table.setItem(0, view.table.columnCount() - 1, QTableWidgetItem(long))
     qtbot.waitUntil(lambda: view.table.rowHeight(0) > 0)
     wide = view.table.rowHeight(0)
-    view.resize(480, 500)
+    view.resize(view.minimumSizeHint().width(), 500)
     qtbot.waitUntil(lambda: view.table.rowHeight(0) > wide, timeout=3000)
