@@ -148,6 +148,18 @@ class Generation:
             if self.lookup is not None:
                 self.lookup.extend(list(kept.ids))
             self.stats.reused_prompt_tokens = first
+        elif session.reuse_prompt and kept is not None and not target.is_hybrid:
+            first = kept.common_prefix(prompt, keep)
+            if first > 0:  # the shared beginning: the cache cut back to it, features replayed
+                self.cache = kept.restore_cache()
+                target.trim(self.cache, len(kept.ids) - first)
+                chunks = kept.chunks_until(first)
+                index = [kept.capture.index(i) for i in capture]
+                for ids, feats in chunks:
+                    group.observe_all(ids, [feats[i] for i in index])
+                if self.lookup is not None:
+                    self.lookup.extend(list(prompt[:first]))
+                self.stats.reused_prompt_tokens = first
         size = self.config.prefill_chunk
         for start in range(first, len(prompt), size):
             if self.cancel.is_set():

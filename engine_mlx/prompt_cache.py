@@ -2,6 +2,12 @@
 extends it) skips recomputing it: regenerating an answer, and the benchmark, which runs many
 modes on one long prompt (an 8k-token prefill takes about a minute on a small CPU).
 
+A prompt that only shares a beginning with the kept one reuses that common prefix where the
+cache can be cut back (attention-only targets): a thinking model's next turn is rendered
+without the reasoning the kept prompt ended in (Qwen3.5's template opens ``<think>`` in the
+generation prompt, and drops earlier reasoning from the history), so the kept prompt is no
+longer a prefix of it, yet all but its last few tokens are.
+
 What is kept: the target's cache state after the prompt (MLX arrays are immutable, so holding
 them costs no copy, and a restored cache writes into new buffers), the last position's logits,
 and the captured layer features per prefill chunk, replayed to a drafter the first time it
@@ -37,6 +43,30 @@ class PrefilledPrompt:
         return (
             n <= len(prompt) and tuple(prompt[:n]) == self.ids and set(capture) <= set(self.capture)
         )
+
+    def common_prefix(self, prompt: Sequence[int], capture: tuple[int, ...]) -> int:
+        """How many leading tokens of ``prompt`` this prefill holds, leaving at least one
+        token of ``prompt`` to feed (its logits are the first token's); 0 when the features
+        needed were not captured."""
+        if not set(capture) <= set(self.capture):
+            return 0
+        n = 0
+        for a, b in zip(self.ids, prompt, strict=False):
+            if a != b:
+                break
+            n += 1
+        return min(n, len(prompt) - 1)
+
+    def chunks_until(self, n: int) -> list[tuple[list[int], list[mx.array]]]:
+        """The chunks of the first ``n`` tokens, the last one cut."""
+        out, done = [], 0
+        for ids, feats in self.chunks:
+            if done >= n:
+                break
+            take = min(len(ids), n - done)
+            out.append((ids[:take], [f[:, :take] for f in feats]))
+            done += take
+        return out
 
     def restore_cache(self) -> list[Any]:
         caches = []

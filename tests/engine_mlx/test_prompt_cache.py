@@ -83,3 +83,32 @@ def test_a_drafter_takes_its_kept_context_back_instead_of_observing_the_prompt_a
         got, want = drafter.propose(17, 4, 3), twin.propose(17, 4, 3)
         assert np.array_equal(got.tokens, want.tokens)
         np.testing.assert_allclose(got.probs, want.probs, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["ar", "dflash2", "mtp"])
+def test_a_prompt_that_shares_only_a_beginning_reuses_that_much(tiny_target, mode):
+    """A thinking model's next turn drops the ``<think>`` the last prompt ended in: the
+    shared beginning is reused (the cache cut back, drafter features replayed), the output
+    is a fresh prefill's. The chunk size cuts the shared part mid-chunk."""
+    target = tiny_target("llama")
+    turn_1 = [(7 * i + 5) % 200 + 3 for i in range(40)]
+    turn_2 = [*turn_1[:37], 9, 8, 7, 6, 5, 4, 3, 2]  # the last 3 differ, then more
+    kept = _session(target, reuse=True)
+    _finish(kept, turn_1, mode)
+    again = _finish(kept, turn_2, mode)
+    fresh = _finish(_session(target, reuse=False), turn_2, mode)
+    assert again.stats.reused_prompt_tokens == 37
+    assert again.tokens == fresh.tokens
+    shorter = turn_2[:20]  # a prefix of the kept prompt: all but its last token
+    assert _finish(kept, shorter, mode).stats.reused_prompt_tokens == 19
+
+
+def test_a_hybrid_target_cannot_cut_its_state_back_and_prefills_afresh(tiny_target):
+    target = tiny_target("qwen3_5")
+    turn_1 = [(7 * i + 5) % 200 + 3 for i in range(40)]
+    turn_2 = [*turn_1[:37], 9, 8, 7]
+    kept = _session(target, reuse=True)
+    _finish(kept, turn_1, "ar")
+    again = _finish(kept, turn_2, "ar")
+    assert again.stats.reused_prompt_tokens == 0
+    assert again.tokens == _finish(_session(target, reuse=False), turn_2, "ar").tokens

@@ -163,3 +163,22 @@ def test_the_budget_holds_across_a_change_of_mode_at_every_step(
     ((auto, steps),) = _run(target, ids, ["auto"], **config).values()
     assert len({e.step.mode for e in steps}) >= 3
     assert auto.tokens == plain.tokens
+
+
+def test_the_next_turn_reuses_the_kept_prefill_up_to_the_dropped_reasoning(thinking_target):
+    """Qwen3.5-style: turn 1's prompt ends in ``<think>\\n``, which turn 2 renders without;
+    everything before it is reused, and the reply is a fresh prefill's."""
+    target = thinking_target("qwen3", "qwen3_5")
+    history = [{"role": "user", "content": "Why is the sky blue? " * 8}]
+    first_ids = encode_prompt(target, history)
+    session = Session(target, reuse_prompt=True)
+    config = GenerationConfig(max_tokens=10, ignore_eos=True, thinking_budget=3)
+    first = list(session.generate(first_ids, config))[-1]
+    history += [{"role": "assistant", "content": first.text}, {"role": "user", "content": "Why?"}]
+    second_ids = encode_prompt(target, history)
+    shared = next(i for i, (a, b) in enumerate(zip(first_ids, second_ids, strict=False)) if a != b)
+    assert shared >= len(first_ids) - 3  # all but the opened block
+    second = list(session.generate(second_ids, config))[-1]
+    assert second.stats.reused_prompt_tokens == shared
+    fresh = list(Session(target).generate(second_ids, config))[-1]
+    assert second.tokens == fresh.tokens

@@ -159,12 +159,14 @@ def build_tiny_model(
     vocab_size: int | None = None,
     head_dim: int | None = None,
     thinking: str | None = None,
+    sizes: dict[str, Any] | None = None,
 ) -> Path:
     """Write config.json, model.safetensors and tokenizer files for ``arch`` into ``out``.
 
     ``vocab_size`` smaller than the tokenizer's makes a tiny-vocabulary model for
     distribution tests (prompts are then given as ids); ``head_dim`` overrides the
-    attention head size (the tree-verify kernel takes 64 and 128)."""
+    attention head size (the tree-verify kernel takes 64 and 128); ``sizes`` overrides any
+    other config field (a bigger random model for a benchmark)."""
     from mlx_lm.utils import _get_classes
 
     vocab = write_tokenizer(out, thinking=thinking)
@@ -181,6 +183,7 @@ def build_tiny_model(
         "eos_token_id": eos,
         "torch_dtype": "float32",
         **({"head_dim": head_dim} if head_dim else {}),
+        **(sizes or {}),
     }
     (out / "config.json").write_text(json.dumps(config, indent=1))
     model_cls, args_cls = _get_classes(config)
