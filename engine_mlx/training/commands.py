@@ -38,6 +38,12 @@ def add_training_commands(sub: argparse._SubParsersAction) -> None:
     ds.add_argument("--batch", type=int, default=48)
     ds.add_argument("--new-tokens", type=int, default=128)
     ds.add_argument("--prompt-lengths", default="64,128,256")
+    ds.add_argument(
+        "--teacher-forced",
+        action="store_true",
+        help="replies are corpus text ('continue this'), the target's distribution over them "
+        "the teacher: one forward per batch instead of one per token (--new-tokens: reply length)",
+    )
     ds.add_argument("--capture", default="", help="drafter context layers (default: 4 evenly)")
     ds.add_argument("--seed", type=int, default=0)
 
@@ -168,6 +174,7 @@ def _make_dataset(args: argparse.Namespace, target) -> int:
         prompt_lengths=tuple(int(x) for x in args.prompt_lengths.split(",")),
         capture=capture,
         seed=args.seed,
+        teacher_forced=args.teacher_forced,
     )
     builder = PromptBuilder(target.tokenizer, default_sources(args.corpora), "train")
     build_dataset(target, builder, args.out, config, log=_log)

@@ -31,12 +31,14 @@ import mlx.core as mx
 import numpy as np
 
 from engine_mlx.models.target import TargetModel
-from engine_mlx.training.prompts import PromptBuilder, prompt_batches
+from engine_mlx.training.prompts import PromptBuilder, continuation_batches, prompt_batches
 
 MANIFEST = "manifest.json"
 PREFILL_TOKENS = 8192
 """Prompt tokens per prefill forward (batch x chunk), so 2k-token prompts in batches of 32
 never hold more than ~1 GB of attention scores."""
+TEACHER_LOGITS = 2**26
+"""Logits held at once by a teacher-forced forward (batch x chunk x vocabulary): 256 MB."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,10 @@ class DatasetConfig:
     teacher_top_k: int = 32
     capture: tuple[int, ...] = ()  # drafter context layers; the last layer is always kept
     seed: int = 0
+    # Teacher forcing: replies are corpus text (prose and code), and one forward over each
+    # whole sequence records the target's distribution at every position: several times the
+    # tokens per hour of generating, at the cost of replies the target did not write.
+    teacher_forced: bool = False
 
 
 @dataclass
@@ -193,6 +199,60 @@ def generate_shard(
     )
 
 
+def teacher_forced_shard(
+    target: TargetModel,
+    sequences: list[tuple[int, ...]],
+    prompt_length: int,
+    categories: list[str],
+    config: DatasetConfig,
+) -> Shard:
+    """One forward over equal-length sequences (prompt + corpus reply), in chunks, recording
+    the features and hidden state of every position and the teacher's top-k from the prompt's
+    last position on (index i predicts token i + 1; the prompt is not taught, as in
+    generated shards)."""
+    last = len(target.layers) - 1
+    capture = (*config.capture, last)
+    cache = target.make_cache()
+    tokens = np.array(sequences, dtype=np.int32)
+    b, total = tokens.shape
+    k, hidden_size = config.teacher_top_k, target.spec.hidden_size
+    features = np.zeros((b, total, len(config.capture) * hidden_size), np.float16)
+    hidden = np.zeros((b, total, hidden_size), np.float16)
+    top_ids = np.zeros((b, total, k), np.int32)
+    top_logp = np.zeros((b, total, k), np.float16)
+    # The prompt is fed like a prefill (no logits but the last); the reply's positions keep
+    # their vocabulary-wide logits for the teacher, so its chunks are short.
+    teach_from = prompt_length - 1
+    chunk = max(8, TEACHER_LOGITS // (b * target.spec.vocab_size))
+    starts = [*range(0, teach_from, max(chunk, PREFILL_TOKENS // b)), teach_from]
+    starts += list(range(teach_from + chunk, total, chunk))
+    for start, end in zip(starts, [*starts[1:], total], strict=True):
+        piece = mx.array(tokens[:, start:end])
+        teach = start >= teach_from
+        out = target.forward(piece, cache, capture=capture, last_only=not teach)
+        feats = mx.concatenate(out.features[:-1], axis=-1).astype(mx.float16)
+        arrays = [feats, out.features[-1]]
+        if teach:
+            ids, logp = _top_k(out.logits, k)
+            arrays += [ids, logp]
+        mx.eval(*arrays)
+        features[:, start:end] = np.array(feats)
+        hidden[:, start:end] = np.array(out.features[-1].astype(mx.float16))
+        if teach:
+            top_ids[:, start:end] = np.array(ids)
+            top_logp[:, start:end] = np.array(logp.astype(mx.float16))
+    return Shard(
+        tokens=tokens,
+        lengths=np.full(b, total, dtype=np.int32),
+        prompt_length=prompt_length,
+        categories=categories,
+        features=features,
+        hidden=hidden,
+        top_ids=top_ids,
+        top_logp=top_logp,
+    )
+
+
 def _keep_cache_rows(cache: list[Any], keep: mx.array) -> None:
     """Drop the batch rows not in ``keep`` from every layer's cache (attention K/V, or the
     recurrent state of a linear-attention layer)."""
@@ -224,13 +284,23 @@ def build_dataset(
                 f"{out} holds a dataset made with other settings; use a new folder or delete it"
             )
     manifest.write_text(json.dumps({"config": settings}, indent=2))
-    batches = prompt_batches(
-        builder,
-        batch=config.batch,
-        lengths=config.prompt_lengths,
-        mix=config.mix,
-        seed=config.seed,
-    )
+    if config.teacher_forced:
+        batches = continuation_batches(
+            builder,
+            batch=config.batch,
+            lengths=config.prompt_lengths,
+            reply=config.new_tokens,
+            mix=config.mix,
+            seed=config.seed,
+        )
+    else:
+        batches = prompt_batches(
+            builder,
+            batch=config.batch,
+            lengths=config.prompt_lengths,
+            mix=config.mix,
+            seed=config.seed,
+        )
     t0 = time.perf_counter()
     for index in range(config.shards):
         prompts = next(batches)
@@ -238,15 +308,15 @@ def build_dataset(
         path = out / f"shard_{index:05d}"
         if path.exists():
             continue
-        key = mx.random.key(config.seed * 100_003 + index)
-        shard = generate_shard(
-            target,
-            [p.ids for p in prompts],
-            [p.category for p in prompts],
-            config,
-            temperature,
-            key,
-        )
+        categories = [p.category for p in prompts]
+        if config.teacher_forced:
+            ids = [p.ids for p in prompts]
+            length = prompts[0].prompt_length
+            shard = teacher_forced_shard(target, ids, length, categories, config)
+        else:
+            key = mx.random.key(config.seed * 100_003 + index)
+            ids = [p.ids for p in prompts]
+            shard = generate_shard(target, ids, categories, config, temperature, key)
         shard.save(path)
         log(
             {

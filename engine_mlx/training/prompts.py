@@ -49,12 +49,14 @@ _INSTRUCTIONS = {
         "Review this code and suggest improvements:",
     ],
 }
+_CONTINUE = {"prose": "Continue this text in the same style:", "code": "Continue this code:"}
 
 
 @dataclass(frozen=True)
 class Prompt:
     category: str
     ids: tuple[int, ...]
+    prompt_length: int = -1  # a teacher-forced sequence: where its corpus reply starts
 
 
 class TextPool:
@@ -149,6 +151,24 @@ class PromptBuilder:
                 return text
         raise ValueError(f"{DRAWS} generated prompts in a row overlap the held-out prompts")
 
+    def continuation(self, category: str, length: int, reply: int, rng: random.Random) -> Prompt:
+        """A teacher-forced sequence: a ``length``-token "continue this" prompt around the
+        start of an excerpt, then the excerpt's next ``reply`` tokens as the reply (the
+        corpus, not the target, writes it; the target's distribution over it is the
+        teacher). ``Prompt.ids`` holds both; its first ``length`` are the prompt."""
+        fence, close = ("```\n", "\n```") if category == "code" else ("", "")
+        text = f"{_CONTINUE[category]}\n\n{fence}{_MARK}{close}"
+        prefix, suffix = self._template(text).split(_MARK)
+        head, tail = self._encode(prefix), self._encode(suffix)
+        room = length - len(head) - len(tail)
+        if room < 8:
+            raise ValueError(f"prompt length {length} leaves no room for an excerpt")
+        body = self._encode(self.pools[category].excerpt(rng, chars=(room + reply) * 6))
+        while len(body) < room + reply:
+            body += self._encode("\n" + self.pools[category].excerpt(rng, chars=reply * 6))
+        ids = tuple(head + body[:room] + tail + body[room : room + reply])
+        return Prompt(category, ids, prompt_length=length)
+
     def math_prompt(self, rng: random.Random) -> Prompt:
         ids = self._encode(self._template(self._clear(math_problem, rng)))
         return Prompt("math", tuple(ids))
@@ -159,6 +179,30 @@ class PromptBuilder:
 
     def generated_prompt(self, category: str, rng: random.Random) -> Prompt:
         return self.math_prompt(rng) if category == "math" else self.chat_prompt(rng)
+
+
+def continuation_batches(
+    builder: PromptBuilder,
+    *,
+    batch: int,
+    lengths: Sequence[int],
+    reply: int,
+    mix: dict[str, float],
+    seed: int,
+) -> Iterator[list[Prompt]]:
+    """Endless batches of teacher-forced sequences (``PromptBuilder.continuation``), one
+    corpus category per batch (drawn by ``mix`` among prose and code)."""
+    rng = random.Random(seed)
+    categories = [c for c in mix if c in _CONTINUE and c in builder.pools]
+    if not categories:
+        raise ValueError("teacher forcing needs prose or code text (--corpora)")
+    weights = [mix[c] for c in categories]
+    turn = 0
+    while True:
+        category = rng.choices(categories, weights)[0]
+        length = lengths[turn % len(lengths)]
+        turn += 1
+        yield [builder.continuation(category, length, reply, rng) for _ in range(batch)]
 
 
 def prompt_batches(

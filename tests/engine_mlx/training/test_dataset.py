@@ -166,3 +166,45 @@ def _eos(target, token: int):
         yield
     finally:
         tokenizer.eos_token_ids = before
+
+
+TEACHER = DATASET.__class__(**{**DATASET.__dict__, "teacher_forced": True, "new_tokens": 30})
+
+
+def test_teacher_forced_shards_hold_the_corpus_reply_and_the_targets_view_of_it(
+    tiny_target, tmp_path, monkeypatch
+):
+    """The reply is the corpus text after the prompt's excerpt; features, hidden state and
+    the teacher at every position are a fresh forward's, also when the forward is chunked."""
+    target = tiny_target("llama")
+    builder = PromptBuilder(target.tokenizer, text_sources(tmp_path / "text"), "train")
+    monkeypatch.setattr(dataset, "TEACHER_LOGITS", 4 * 9 * target.spec.vocab_size)  # chunks of 9
+    out = build_dataset(target, builder, tmp_path / "data", TEACHER, log=lambda _: None)
+    shards = [Shard.load(p) for p in shard_paths(out)]
+    assert len(shards) == TEACHER.shards
+    for shard in shards:
+        first, total = shard.prompt_length, shard.tokens.shape[1]
+        assert total == first + TEACHER.new_tokens and (shard.lengths == total).all()
+        assert set(shard.categories) <= {"prose", "code"}
+        row = shard.tokens[0]
+        forward = target.forward(mx.array(row[None]), target.make_cache(), capture=(0, 1, 2))
+        features = np.array(mx.concatenate(forward.features[:2], axis=-1)[0])
+        np.testing.assert_allclose(shard.features[0], features, atol=2e-2, rtol=2e-2)
+        top = np.array(mx.argmax(forward.logits[0], axis=-1))
+        np.testing.assert_array_equal(shard.top_ids[0, first - 1 :, 0], top[first - 1 :])
+        assert not shard.top_ids[0, : first - 1].any()  # the prompt is not taught
+        reply = target.tokenizer.decode(list(row[first:]))
+        corpus = (tmp_path / "text" / f"{shard.categories[0]}.txt").read_text()
+        assert reply.strip()[:20] in corpus  # the corpus wrote it, not the target
+
+
+def test_a_drafter_trains_on_teacher_forced_shards(tiny_target, tmp_path):
+    from engine_mlx.training.dflash import DrafterTrainConfig, train_drafter
+
+    target = tiny_target("llama")
+    builder = PromptBuilder(target.tokenizer, text_sources(tmp_path / "text"), "train")
+    data = build_dataset(target, builder, tmp_path / "data", TEACHER, log=lambda _: None)
+    config = DrafterTrainConfig(steps=6, layers=1, block=4, sequences=2, anchors=2, draft_vocab=0)
+    history = []
+    train_drafter(target, data, tmp_path / "drafter", config, log=history.append)
+    assert history and all(np.isfinite(h["loss"]) for h in history if "loss" in h)
