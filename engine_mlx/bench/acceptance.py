@@ -20,12 +20,11 @@ from typing import Any
 
 from engine_mlx.arguments import config_from_args, parse_modes, resolve_model, speculators_from_args
 from engine_mlx.backend import backend_info
-from engine_mlx.bench.measure import machine_description, shown_path
+from engine_mlx.bench.measure import finished_reply, machine_description, shown_path
 from engine_mlx.chat import ChatFormatter
 from engine_mlx.config import GenerationConfig
 from engine_mlx.decoding.sampling import SamplingParams
 from engine_mlx.errors import EngineError
-from engine_mlx.events import Error, Finished
 from engine_mlx.models.target import TargetModel
 from engine_mlx.modes import Mode
 from engine_mlx.session import Session
@@ -51,14 +50,7 @@ def sampling_settings(temp: float | None, seeds: int) -> list[tuple[str, Samplin
 
 def measure_reply(session: Session, ids: list[int], config: GenerationConfig) -> dict[str, Any]:
     """One reply, to its end or the token limit: the counts the summary adds up."""
-    finished = None
-    for event in session.generate(ids, config):
-        if isinstance(event, Finished):
-            finished = event
-        elif isinstance(event, Error):
-            raise EngineError(event.message)
-    if finished is None:
-        raise EngineError(f"mode {config.mode} produced no result")
+    finished, _ = finished_reply(session, ids, config)
     s = finished.stats
     decode_tokens = max(s.generated_tokens - 1, 0)
     return {

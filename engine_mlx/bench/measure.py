@@ -44,9 +44,10 @@ def machine_description() -> str:
     return f"{cpu_model()}, {platform.system()} {platform.machine()}, {cores()} cores, Python {py}"
 
 
-def run_ours(session: Session, prompt: list[int], config: GenerationConfig) -> dict[str, Any]:
-    """One generation, measured; always ``config.max_tokens`` tokens (EOS ignored)."""
-    config = replace(config, ignore_eos=True)
+def finished_reply(
+    session: Session, prompt: list[int], config: GenerationConfig
+) -> tuple[Finished, list[StepStats]]:
+    """One generation's finished event and every step; EngineError for an engine error."""
     finished, steps = None, []
     for event in session.generate(prompt, config):
         if isinstance(event, Tokens):
@@ -57,6 +58,13 @@ def run_ours(session: Session, prompt: list[int], config: GenerationConfig) -> d
             raise EngineError(event.message)
     if finished is None:
         raise EngineError(f"bench: mode {config.mode} produced no result")
+    return finished, steps
+
+
+def run_ours(session: Session, prompt: list[int], config: GenerationConfig) -> dict[str, Any]:
+    """One generation, measured; always ``config.max_tokens`` tokens (EOS ignored)."""
+    config = replace(config, ignore_eos=True)
+    finished, steps = finished_reply(session, prompt, config)
     s = finished.stats
     spec_steps = steps[1:] or steps  # the first step is the prefill's token
     n = len(spec_steps)

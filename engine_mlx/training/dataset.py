@@ -284,23 +284,11 @@ def build_dataset(
                 f"{out} holds a dataset made with other settings; use a new folder or delete it"
             )
     manifest.write_text(json.dumps({"config": settings}, indent=2))
+    common = {"batch": config.batch, "lengths": config.prompt_lengths, "mix": config.mix}
     if config.teacher_forced:
-        batches = continuation_batches(
-            builder,
-            batch=config.batch,
-            lengths=config.prompt_lengths,
-            reply=config.new_tokens,
-            mix=config.mix,
-            seed=config.seed,
-        )
+        batches = continuation_batches(builder, reply=config.new_tokens, seed=config.seed, **common)
     else:
-        batches = prompt_batches(
-            builder,
-            batch=config.batch,
-            lengths=config.prompt_lengths,
-            mix=config.mix,
-            seed=config.seed,
-        )
+        batches = prompt_batches(builder, seed=config.seed, **common)
     t0 = time.perf_counter()
     for index in range(config.shards):
         prompts = next(batches)

@@ -21,6 +21,17 @@ def _client(running) -> openai.OpenAI:
     return openai.OpenAI(base_url=running.url + "/v1", api_key="unused", max_retries=0)
 
 
+def _stream(client, **extra):
+    return client.chat.completions.create(
+        model="thinker",
+        messages=[{"role": "user", "content": "Hi"}],
+        max_tokens=16,
+        temperature=0,
+        stream=True,
+        extra_body=extra,
+    )
+
+
 def _ask(client, **extra):
     return client.chat.completions.create(
         model="thinker",
@@ -39,14 +50,7 @@ def test_reasoning_comes_apart_from_the_answer(start_server, thinking_folder):
     assert reasoning and message.model_extra["reasoning"] == reasoning
     segments = reply.model_extra["flashchat"]["segments"]
     assert set(segments) == {"reasoning", "answer"} and segments["reasoning"]["tokens"] >= 1
-    streamed = client.chat.completions.create(
-        model="thinker",
-        messages=[{"role": "user", "content": "Hi"}],
-        max_tokens=16,
-        temperature=0,
-        stream=True,
-        extra_body={"thinking_budget": 3},
-    )
+    streamed = _stream(client, thinking_budget=3)
     thought, said = "", ""
     for chunk in streamed:
         if chunk.choices:
@@ -68,14 +72,7 @@ def test_the_none_format_keeps_reasoning_in_the_content(start_server, thinking_f
     client = _client(running)
     content = _ask(client, thinking_budget=2).choices[0].message.content
     assert content.startswith("<think>") and "</think>" in content
-    streamed = client.chat.completions.create(
-        model="thinker",
-        messages=[{"role": "user", "content": "Hi"}],
-        max_tokens=16,
-        temperature=0,
-        stream=True,
-        extra_body={"thinking_budget": 2},
-    )
+    streamed = _stream(client, thinking_budget=2)
     text = "".join(c.choices[0].delta.content or "" for c in streamed if c.choices)
     assert text == content
 
