@@ -96,7 +96,10 @@ def speculation_counts(chunk: dict[str, Any]) -> tuple[int, int, int] | None:
         return int(ours.get("steps", 0)), int(ours["drafted_tokens"]), int(ours["accepted_tokens"])
     timings = chunk.get("timings")
     if isinstance(timings, dict) and "draft_n" in timings:
-        return 0, int(timings["draft_n"]), int(timings.get("draft_n_accepted", 0))
+        accepted = int(timings.get("draft_n_accepted", 0))
+        # a step commits its accepted drafts and one token of the target's own
+        steps = max(int(timings.get("predicted_n", 0)) - accepted, 0)
+        return steps, int(timings["draft_n"]), accepted
     return None
 
 

@@ -67,5 +67,5 @@ def test_speculation_counts_from_flashchat_and_llama_cpp() -> None:
     ours = {"flashchat": {"steps": 10, "drafted_tokens": 40, "accepted_tokens": 25}}
     assert speculation_counts(ours) == (10, 40, 25)
     llama = {"timings": {"predicted_n": 64, "draft_n": 48, "draft_n_accepted": 30}}
-    assert speculation_counts(llama) == (0, 48, 30)
+    assert speculation_counts(llama) == (34, 48, 30)  # 64 tokens, 30 of them drafts
     assert speculation_counts({"usage": {"completion_tokens": 3}}) is None
