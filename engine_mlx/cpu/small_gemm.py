@@ -35,18 +35,19 @@ def compiler() -> str:
     return found
 
 
-def library_path(march: str = "native") -> Path:
-    """The compiled library, built now if the cache does not hold it. ``march`` other than
-    native (``x86-64-v3``: AVX2, ``x86-64``: SSE2) builds the narrower code paths, for tests."""
+def library_path(march: str = "native", source: Path = SOURCE) -> Path:
+    """The compiled library of ``source`` (this product, or another C file beside it), built
+    now if the cache does not hold it. ``march`` other than native (``x86-64-v3``: AVX2,
+    ``x86-64``: SSE2) builds the narrower code paths, for tests."""
     cc = compiler()
     flags = (*FLAGS, f"-march={march}")
     digest = hashlib.sha256()
-    parts = (SOURCE.read_bytes(), " ".join(flags).encode(), _identity(cc), cpu_signature())
+    parts = (source.read_bytes(), " ".join(flags).encode(), _identity(cc), cpu_signature())
     for part in parts:
         part = part if isinstance(part, bytes) else part.encode()
         digest.update(part)
         digest.update(b"\0")
-    target = kernel_cache_dir() / f"small_gemm-{march}-{digest.hexdigest()[:16]}.so"
+    target = kernel_cache_dir() / f"{source.stem}-{march}-{digest.hexdigest()[:16]}.so"
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -54,7 +55,7 @@ def library_path(march: str = "native") -> Path:
     os.close(fd)
     try:
         proc = subprocess.run(
-            [cc, *flags, str(SOURCE), "-o", tmp], capture_output=True, text=True, timeout=120
+            [cc, *flags, str(source), "-o", tmp], capture_output=True, text=True, timeout=120
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         os.unlink(tmp)
@@ -62,7 +63,7 @@ def library_path(march: str = "native") -> Path:
     if proc.returncode != 0:
         os.unlink(tmp)
         first = (proc.stderr.strip().splitlines() or ["(no message)"])[0]
-        raise BuildError(f"the C compiler {cc} rejected small_gemm.c: {first}")
+        raise BuildError(f"the C compiler {cc} rejected {source.name}: {first}")
     os.replace(tmp, target)
     return target
 
