@@ -14,9 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -35,6 +32,7 @@ from engine_mlx.models.target import TargetModel
 from engine_mlx.session import Session
 from tests.conftest import require_asset
 from tests.engine_mlx.models.gguf import synthetic as syn
+from tests.support.llama_server import start_llama_server
 
 REPO = Path(__file__).resolve().parents[4]
 SERVER = Path(
@@ -102,28 +100,13 @@ def _hf_shape(name: str, vocab: int) -> tuple[int, ...]:
 
 
 def _serve(server: Path, target_gguf: Path, drafter_gguf: Path, p_min: float, log: Path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     args = [
-        str(server), "-m", str(target_gguf), "-md", str(drafter_gguf),
+        "-m", str(target_gguf), "-md", str(drafter_gguf),
         "--spec-type", "draft-dflash", "--spec-draft-n-max", str(BLOCK - 1),
         "--spec-draft-p-min", str(p_min), "-c", "512", "-np", "1", "-t", "2", "-td", "2",
         "-ctk", "f32", "-ctv", "f32", "-ctkd", "f32", "-ctvd", "f32", "-fa", "off",
-        "--host", "127.0.0.1", "--port", str(port),
     ]  # fmt: skip
-    process = subprocess.Popen(args, stdout=log.open("w"), stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
-            return process, port
-        except OSError:
-            if process.poll() is not None:
-                break
-            time.sleep(0.25)
-    process.terminate()
-    raise AssertionError(f"llama-server did not start: {log.read_text()[-2000:]}")
+    return start_llama_server(server, args, log)
 
 
 @pytest.mark.parametrize("p_min", [0.0, 0.45, 0.8])

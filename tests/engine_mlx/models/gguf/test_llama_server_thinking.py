@@ -12,10 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import socket
-import subprocess
-import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +25,7 @@ from engine_mlx.remote import Endpoint, RemoteSession, normalise_url
 from tests.conftest import require_asset
 from tests.engine_mlx.models.gguf import synthetic as syn
 from tests.engine_mlx.models.gguf.test_llama_cpp_parity import SERVER, _hf_shape
+from tests.support.llama_server import start_llama_server
 from tests.support.tiny_models import THINKING_TEMPLATES
 
 pytestmark = pytest.mark.slow
@@ -78,28 +75,13 @@ def thinking_gguf(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def llama_server(thinking_gguf, tmp_path_factory):
     binary = require_asset(SERVER, "llama-server (scripts/build_llama_cpp.sh; `make test` runs it)")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     log = tmp_path_factory.mktemp("llama_server") / "server.log"
     args = [
-        str(binary), "-m", str(thinking_gguf), "--jinja", "--reasoning-format", "deepseek",
+        "-m", str(thinking_gguf), "--jinja", "--reasoning-format", "deepseek",
         "--reasoning-budget", "4", "-md", str(thinking_gguf), "--spec-type", "draft-simple",
-        "--spec-draft-n-max", "4", "-c", "512", "-np", "1",
-        "-t", "2", "-fa", "off", "--host", "127.0.0.1", "--port", str(port),
+        "--spec-draft-n-max", "4", "-c", "512", "-np", "1", "-t", "2", "-fa", "off",
     ]  # fmt: skip
-    process = subprocess.Popen(args, stdout=log.open("w"), stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
-            break
-        except OSError:
-            if process.poll() is not None:
-                raise AssertionError(
-                    f"llama-server did not start: {log.read_text()[-2000:]}"
-                ) from None
-            time.sleep(0.25)
+    process, port = start_llama_server(binary, args, log)
     yield f"http://127.0.0.1:{port}", log
     process.terminate()
     process.wait(timeout=30)
