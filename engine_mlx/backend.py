@@ -24,12 +24,13 @@ class BackendInfo:
     blas: str  # engine_mlx.blas's description: the BLAS, why, and the small-batch product
     blas_summary: str  # the same in a few words
     kernels: str  # which path the custom kernels take: ``kernel_description``
+    quantized: str = ""  # how MLX-quantized layers are multiplied (the CPU's own product)
 
     def describe(self) -> str:
+        cpu = f", {self.blas}; quantized layers: {self.quantized}" if self.device == "cpu" else ""
         return (
-            f"MLX {mx.__version__} on {self.device}, compute {self.compute_dtype}"
-            + (f", {self.blas}" if self.device == "cpu" else "")
-            + f"; {self.kernels}"
+            f"MLX {mx.__version__} on {self.device}, compute {self.compute_dtype}{cpu}"
+            f"; {self.kernels}"
         )
 
     def summary(self) -> str:
@@ -122,6 +123,8 @@ def _total_memory_bytes() -> int:
 
 
 def backend_info(dtype: mx.Dtype | None = None) -> BackendInfo:
+    from engine_mlx.models import quantized  # mlx.nn: only once a backend is described
+
     device = live_device()
     dt = dtype if dtype is not None else compute_dtype()
     dt_name = "checkpoint" if dt is None else str(dt).replace("mlx.core.", "")
@@ -131,4 +134,5 @@ def backend_info(dtype: mx.Dtype | None = None) -> BackendInfo:
         blas=blas_status().describe(),
         blas_summary=blas_status().summary(),
         kernels=kernel_description(),
+        quantized=quantized.describe() if device == "cpu" else "",
     )

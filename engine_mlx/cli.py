@@ -156,6 +156,18 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("gguf", type=Path)
     imp.add_argument("out", type=Path)
     imp.add_argument("--dtype", default="float16", choices=["float16", "bfloat16", "float32"])
+    imp.add_argument(
+        "--quantize", type=int, choices=[4, 8], default=None,
+        help="write the import MLX-quantized at 4 or 8 bits (groups of 64)",
+    )  # fmt: skip
+
+    quant = sub.add_parser(
+        "quantize", help="an MLX-quantized copy of a model folder (as mlx_lm.convert -q)"
+    )
+    quant.add_argument("model", type=Path, help="model folder or library name")
+    quant.add_argument("--bits", type=int, choices=[4, 8], required=True)
+    quant.add_argument("--group", type=int, choices=[32, 64, 128], default=64)
+    quant.add_argument("--out", type=Path, default=None, help="default: <model>-<bits>bit, beside")
 
     exp = sub.add_parser(
         "export-drafter",
@@ -224,6 +236,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _import_gguf(args: argparse.Namespace) -> int:
+    """Import; with ``--quantize``, import at full precision into a scratch folder beside the
+    destination, then quantize that into the destination."""
+    from engine_mlx.models.gguf import import_gguf
+
+    if args.quantize is None:
+        print(import_gguf(args.gguf, args.out, dtype=args.dtype))
+        return 0
+    import tempfile
+
+    from engine_mlx.models.quantize import quantize_folder
+
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=args.out.parent, prefix=".importing-") as scratch:
+        full = import_gguf(args.gguf, Path(scratch) / args.out.name, dtype="float32")
+        print(quantize_folder(full, args.out, bits=args.quantize))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -253,9 +284,13 @@ def main(argv: list[str] | None = None) -> int:
 
             return run_bench(args)
         if args.command == "import-gguf":
-            from engine_mlx.models.gguf import import_gguf
+            return _import_gguf(args)
+        if args.command == "quantize":
+            from engine_mlx.models.quantize import default_destination, quantize_folder
 
-            print(import_gguf(args.gguf, args.out, dtype=args.dtype))
+            source = resolve_model(args.model)
+            out = args.out or default_destination(source, args.bits)
+            print(quantize_folder(source, out, bits=args.bits, group=args.group))
             return 0
         if args.command == "export-drafter":
             from engine_mlx.models.gguf.export_drafter import export_drafter

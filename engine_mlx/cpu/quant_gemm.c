@@ -1,22 +1,39 @@
-/* The few-row product with MLX's affine-quantized weights, on the CPU.
+/* The product with MLX's affine-quantized weights, on the CPU.
  *
  * y[m, n] = sum_k x[m, k] * w[n, k], where w[n, k] = scale[n, g] * q[n, k] + bias[n, g] for the
  * group g = k / group: MLX's layout for `mx.quantize` / `mlx_lm.convert -q` (4 or 8 bits, groups
  * of 32, 64 or 128 along k; q packed little-endian into uint32 words, 32 / bits values a word).
  *
  * Decoding reads every weight once per token, so the weights' bytes are the time: 4-bit weights
- * are an eighth of float32's. Each weight vector is unpacked and scaled once and used for all
- * m rows of x while it is in registers (m = 1 decoding, up to 32 verifying a draft tree).
+ * are an eighth of float32's. Each block of weights is unpacked once and used for all m rows of
+ * x while it is in registers (m = 1 decoding, up to 32 verifying a draft tree, more in prefill).
  *
- * Every output element accumulates in the same order whatever m is (vector lanes over k in k
- * order, then a fixed reduction tree), so a row's bits do not depend on the rows beside it:
- * plain decoding and verification agree exactly, as with the float32 product (small_gemm.c).
+ * Two ways to multiply:
+ *
+ * - With AVX-512 VNNI (Intel since Ice Lake and Cascade Lake, AMD since Zen 4), x is quantized
+ *   as llama.cpp quantizes activations: per row and group, int8 values and one float step
+ *   d = max|x| / 127. Then sum_k q x ~ d * sum_k q * round(x / d) is one vpdpbusd per 64
+ *   weights (unsigned weight bytes times signed activation bytes, summed into int32 lanes).
+ *   The rounding error is weighted by q, so the weights are centred first: with c the middle
+ *   value (8 or 128), w = scale * (q - c) + (bias + c * scale), and since
+ *   sum (q - c) round(x/d) = sum q round(x/d) - c * sum round(x/d), the same integer dots serve
+ *   and the error is x's rounding weighted by |q - c|, half as large:
+ *   |error| <= sum over groups of |scale| * d / 2 * sum |q - c| (tests/engine_mlx/cpu checks
+ *   it). The bias term uses the exact float sum of x in the group.
+ * - Elsewhere (AVX2, SSE, NEON), or when asked for, the weights are unpacked to floats and x
+ *   stays float: the product equals the dequantized weights' within float rounding.
+ *
+ * Either way every output element accumulates in the same order whatever m is and however the
+ * threads split the columns (lanes over k in k order, then a fixed reduction tree, then the bias
+ * term), so a row's bits do not depend on the rows beside it: plain decoding and verification
+ * agree exactly, as with the float32 product (small_gemm.c).
  *
  * Built at run time with -march=native (engine_mlx/cpu/quant_gemm.py); GCC/Clang vector
- * extensions make the one source AVX-512, AVX2, SSE or NEON code.
+ * extensions make the float path AVX-512, AVX2, SSE or NEON code. Threads come from the float32
+ * product's pool (fq_set_pool): one pool for both, so their workers never compete.
  */
-#include <pthread.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__AVX512F__)
@@ -27,13 +44,231 @@
 #define VW 4
 #endif
 
-typedef float vf __attribute__((vector_size(VW * sizeof(float)), aligned(4)));
-typedef uint8_t vb __attribute__((vector_size(VW), aligned(1)));
-typedef uint8_t vh __attribute__((vector_size(VW / 2), aligned(1)));
-
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #endif
+
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#define INT8_DOTS 1
+#else
+#define INT8_DOTS 0
+#endif
+
+typedef float vf __attribute__((vector_size(VW * sizeof(float)), aligned(4)));
+
+typedef struct {
+  int m, n, k, bits, group, int8;
+  const float *x;      /* [m, k] */
+  const uint8_t *q;    /* [n, k * bits / 8] */
+  const float *scales; /* [n, k / group] */
+  const float *biases; /* [n, k / group] */
+  float *y;            /* [m, n] */
+  /* The int8 path's view of x (see quantize_rows). */
+  const int8_t *xq;  /* [m, chunks * 64 * (bits == 4 ? 2 : 1)] */
+  const float *xd;   /* [m, chunks * 16]: each lane's step d */
+  const float *xsum; /* [m, k / group]: each group's exact sum */
+  const float *xres; /* [m, k / group]: that sum less d times the sum of the rounded values */
+  int lane_group[16];    /* a chunk's lane l lies in its (lane_group[l])th group */
+  unsigned scale_mask;   /* the groups a chunk touches, as a load mask */
+} product;
+
+/* The pool that runs a product's parts (small_gemm.c's fc_parallel), or none: one thread. */
+typedef void (*part_fn)(const void *ctx, int index, int parts);
+typedef void (*parallel_fn)(part_fn fn, const void *ctx, int parts);
+static parallel_fn parallel;
+
+#define COLS 4 /* weight rows a thread's share is cut into (and a register tile's width) */
+#define ROWS 4 /* rows of x per register tile */
+
+/* The fixed reduction tree: halves added until one lane is left. */
+static inline float reduce(vf v) {
+  float lanes[VW];
+  memcpy(lanes, &v, sizeof(lanes));
+  for (int width = VW / 2; width >= 1; width /= 2)
+    for (int i = 0; i < width; i++) lanes[i] += lanes[i + width];
+  return lanes[0];
+}
+
+#if INT8_DOTS
+/* ---- int8 dot products (AVX-512 VNNI) ----
+ *
+ * k is cut into chunks of 64 weight bytes: 128 weights at 4 bits, 64 at 8. A chunk's int32 lane
+ * l sums the 4 bytes 4l..4l+3, so it holds 8 (4-bit) or 4 (8-bit) consecutive weights, all in
+ * one group; a lane's float factor is its group's weight scale times x's step. At 4 bits byte b
+ * holds weights 2b (low nibble) and 2b + 1 (high): x's chunk is stored as its 64 even-indexed
+ * values, then its 64 odd-indexed ones, so both nibble vectors meet their activations. */
+
+static inline float reduce_lanes(__m512 v) {
+  vf lanes;
+  memcpy(&lanes, &v, sizeof(lanes));
+  return reduce(lanes);
+}
+
+static inline int chunk_weights(int bits) { return bits == 4 ? 128 : 64; }
+
+/* Per-lane copies of a chunk's per-group values, from its first group's entry ``v``. */
+static inline __m512 spread(const product *p, const float *v) {
+  return _mm512_permutexvar_ps(_mm512_loadu_si512(p->lane_group),
+                               _mm512_maskz_loadu_ps((__mmask16)p->scale_mask, v));
+}
+
+/* x's int8 view, row by row: each group's step, rounded values, exact sum and residual. */
+static void quantize_row(const product *p, const float *x, int8_t *xq, float *xd, float *xsum,
+                         float *xres) {
+  const int k = p->k, group = p->group, groups = k / group, per_chunk = chunk_weights(p->bits);
+  const int chunks = (k + per_chunk - 1) / per_chunk;
+  int8_t plain[per_chunk];
+  float steps[groups];
+  int rounded[groups];
+  memset(rounded, 0, sizeof(rounded));
+  for (int g = 0; g < groups; g++) {
+    const float *v = x + (size_t)g * group;
+    __m512 top = _mm512_setzero_ps(), sum = _mm512_setzero_ps();
+    for (int i = 0; i < group; i += 16) {
+      const __m512 a = _mm512_loadu_ps(v + i);
+      top = _mm512_max_ps(top, _mm512_abs_ps(a));
+      sum = _mm512_add_ps(sum, a);
+    }
+    const float amax = _mm512_reduce_max_ps(top);
+    steps[g] = amax / 127.0f;
+    xsum[g] = reduce_lanes(sum);
+  }
+  for (int c = 0; c < chunks; c++) {
+    const int begin = c * per_chunk, end = begin + per_chunk < k ? begin + per_chunk : k;
+    for (int i = begin; i < end; i += 16) {
+      const float d = steps[i / group];
+      const __m512 scaled = _mm512_mul_ps(_mm512_loadu_ps(x + i), _mm512_set1_ps(d ? 1.0f / d : 0));
+      const __m512i ints = _mm512_cvtps_epi32(scaled);
+      rounded[i / group] += _mm512_reduce_add_epi32(ints);
+      _mm_storeu_si128((__m128i *)(plain + i - begin), _mm512_cvtsepi32_epi8(ints));
+    }
+    memset(plain + (end - begin), 0, (size_t)(per_chunk - (end - begin)));
+    int8_t *out = xq + (size_t)c * 128;
+    if (p->bits == 4) {
+      for (int b = 0; b < 64; b++) {
+        out[b] = plain[2 * b];
+        out[64 + b] = plain[2 * b + 1];
+      }
+    } else {
+      memcpy(out, plain, 64);
+    }
+    const int first = begin / group;
+    _mm512_storeu_ps(xd + (size_t)c * 16, spread(p, steps + first));
+  }
+  for (int g = 0; g < groups; g++) xres[g] = xsum[g] - steps[g] * (float)rounded[g];
+}
+
+/* x's int8 view for every row, in one block the caller frees; NULL when out of memory. */
+static char *quantize_rows(product *p) {
+  const int m = p->m, k = p->k, chunks = (k * p->bits / 8 + 63) / 64, groups = k / p->group;
+  const size_t xq_bytes = (size_t)m * chunks * 128, xd_floats = (size_t)m * chunks * 16;
+  char *scratch = malloc(xq_bytes + sizeof(float) * (xd_floats + 2 * (size_t)m * groups));
+  if (!scratch) return NULL;
+  int8_t *xq = (int8_t *)scratch;
+  float *xd = (float *)(scratch + xq_bytes), *xsum = xd + xd_floats;
+  float *xres = xsum + (size_t)m * groups;
+  const int per_chunk = chunk_weights(p->bits), per_lane = per_chunk / 16;
+  for (int l = 0; l < 16; l++) p->lane_group[l] = per_lane * l / p->group;
+  p->scale_mask = (1u << (per_chunk > p->group ? per_chunk / p->group : 1)) - 1;
+  for (int r = 0; r < m; r++)
+    quantize_row(p, p->x + (size_t)r * k, xq + (size_t)r * chunks * 128,
+                 xd + (size_t)r * chunks * 16, xsum + (size_t)r * groups,
+                 xres + (size_t)r * groups);
+  p->xq = xq;
+  p->xd = xd;
+  p->xsum = xsum;
+  p->xres = xres;
+  return scratch;
+}
+
+/* The bias term and the centring's correction of one output (see the top of the file). */
+static inline float offset(const product *p, int bits, int row, int col) {
+  const int groups = p->k / p->group;
+  const float *b = p->biases + (size_t)col * groups, *s = p->scales + (size_t)col * groups;
+  const float *sums = p->xsum + (size_t)row * groups, *res = p->xres + (size_t)row * groups;
+  const float middle = bits == 4 ? 8.0f : 128.0f;
+  float total = 0.0f;
+  for (int g = 0; g < groups; g++) total += b[g] * sums[g] + middle * s[g] * res[g];
+  return total;
+}
+
+/* y[r0 : r0 + R, j0 : j0 + J]: the accumulators in registers, chunk by chunk. */
+#define DOT_TILE(BITS, R, J) DOT_TILE_(BITS, R, J) /* COLS expanded first */
+#define DOT_TILE_(BITS, R, J)                                                                  \
+  static void dot_tile_##BITS##_##R##_##J(const product *p, int r0, int j0) {                \
+    const int groups = p->k / p->group, row_bytes = p->k * BITS / 8;                          \
+    const int chunks = (row_bytes + 63) / 64, tail = row_bytes - (chunks - 1) * 64;          \
+    const int shift = __builtin_ctz((unsigned)p->group);                                      \
+    const __m512i low = _mm512_set1_epi8(0x0F);                                               \
+    const uint8_t *w[J];                                                                      \
+    const float *s[J];                                                                        \
+    for (int j = 0; j < J; j++) {                                                             \
+      w[j] = p->q + (size_t)(j0 + j) * row_bytes;                                             \
+      s[j] = p->scales + (size_t)(j0 + j) * groups;                                           \
+    }                                                                                         \
+    const int8_t *xr[R];                                                                      \
+    const float *dr[R];                                                                       \
+    for (int r = 0; r < R; r++) {                                                             \
+      xr[r] = p->xq + (size_t)(r0 + r) * chunks * 128;                                        \
+      dr[r] = p->xd + (size_t)(r0 + r) * chunks * 16;                                         \
+    }                                                                                         \
+    __m512 acc[R][J];                                                                         \
+    for (int r = 0; r < R; r++)                                                               \
+      for (int j = 0; j < J; j++) acc[r][j] = _mm512_setzero_ps();                            \
+    for (int c = 0; c < chunks; c++) {                                                        \
+      const __mmask64 bytes = c < chunks - 1 ? ~0ull : ~0ull >> (64 - tail);                  \
+      const int first = (c * chunk_weights(BITS)) >> shift;                                   \
+      __m512i lo[J], hi[J];                                                                   \
+      __m512 scale[J];                                                                        \
+      for (int j = 0; j < J; j++) {                                                           \
+        const __m512i packed = _mm512_maskz_loadu_epi8(bytes, w[j] + (size_t)c * 64);         \
+        lo[j] = BITS == 4 ? _mm512_and_si512(packed, low) : packed;                           \
+        hi[j] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low);                          \
+        scale[j] = spread(p, s[j] + first);                                                   \
+      }                                                                                       \
+      for (int r = 0; r < R; r++) {                                                           \
+        const __m512i even = _mm512_loadu_si512(xr[r] + (size_t)c * 128);                    \
+        const __m512i odd = _mm512_loadu_si512(xr[r] + (size_t)c * 128 + 64);                \
+        const __m512 step = _mm512_loadu_ps(dr[r] + (size_t)c * 16);                          \
+        for (int j = 0; j < J; j++) {                                                         \
+          __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[j], even);             \
+          if (BITS == 4) dot = _mm512_dpbusd_epi32(dot, hi[j], odd);                          \
+          const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(dot), step);                      \
+          acc[r][j] = _mm512_fmadd_ps(f, scale[j], acc[r][j]);                                \
+        }                                                                                     \
+      }                                                                                       \
+    }                                                                                         \
+    for (int r = 0; r < R; r++)                                                               \
+      for (int j = 0; j < J; j++)                                                             \
+        p->y[(size_t)(r0 + r) * p->n + j0 + j] =                                              \
+            reduce_lanes(acc[r][j]) + offset(p, BITS, r0 + r, j0 + j);                        \
+  }
+
+#define DOT_TILES(BITS)                                                                     \
+  DOT_TILE(BITS, 1, 1) DOT_TILE(BITS, 1, COLS) DOT_TILE(BITS, 2, COLS)                      \
+  DOT_TILE(BITS, 3, COLS) DOT_TILE(BITS, 4, COLS)                                           \
+  static void dot_block_##BITS(const product *p, int r0, int rows, int j0, int cols) {      \
+    if (cols == COLS) {                                                                     \
+      switch (rows) {                                                                       \
+        case 4: dot_tile_##BITS##_4_4(p, r0, j0); return;                                   \
+        case 3: dot_tile_##BITS##_3_4(p, r0, j0); return;                                   \
+        case 2: dot_tile_##BITS##_2_4(p, r0, j0); return;                                   \
+        default: dot_tile_##BITS##_1_4(p, r0, j0); return;                                  \
+      }                                                                                     \
+    }                                                                                       \
+    for (int r = 0; r < rows; r++)                                                          \
+      for (int j = 0; j < cols; j++) dot_tile_##BITS##_1_1(p, r0 + r, j0 + j);              \
+  }
+
+DOT_TILES(4)
+DOT_TILES(8)
+
+#endif
+
+/* ---- float activations: weights unpacked to floats ---- */
+
+typedef uint8_t vb __attribute__((vector_size(VW), aligned(1)));
+typedef uint8_t vh __attribute__((vector_size(VW / 2), aligned(1)));
 
 /* VW bytes, zero-extended, as floats. With intrinsics on x86: GCC 12 turns a vector conversion
  * from bytes into one scalar extract and insert a lane (~8x slower than vpmovzxbd). */
@@ -60,11 +295,6 @@ static inline vf widen(vb b) {
   return v;
 #endif
 }
-
-#define MAX_ROWS 32
-#define ROWS 4 /* rows of x per register tile */
-#define COLS 4 /* rows of w per register tile */
-#define MAX_THREADS 16
 
 static inline vf load(const float *p) {
   vf v;
@@ -95,24 +325,6 @@ static inline vf bytes(const uint8_t *p) {
   memcpy(&b, p, sizeof(b));
   return widen(b);
 }
-
-/* The fixed reduction tree: halves added until one lane is left. */
-static inline float reduce(vf v) {
-  float lanes[VW];
-  memcpy(lanes, &v, sizeof(lanes));
-  for (int width = VW / 2; width >= 1; width /= 2)
-    for (int i = 0; i < width; i++) lanes[i] += lanes[i + width];
-  return lanes[0];
-}
-
-typedef struct {
-  int m, n, k, bits, group;
-  const float *x;        /* [m, k] */
-  const uint8_t *q;      /* [n, k * bits / 8] */
-  const float *scales;   /* [n, k / group] */
-  const float *biases;   /* [n, k / group] */
-  float *y;              /* [m, n] */
-} product;
 
 /* y[r0 : r0 + R, j0 : j0 + J] for BITS-bit weights, the accumulators in registers; group by
  * group, each group's scale and bias read once. */
@@ -173,6 +385,15 @@ TILES(4)
 TILES(8)
 
 static void block(const product *p, int r0, int rows, int j0, int cols) {
+#if INT8_DOTS
+  if (p->int8) {
+    if (p->bits == 4)
+      dot_block_4(p, r0, rows, j0, cols);
+    else
+      dot_block_8(p, r0, rows, j0, cols);
+    return;
+  }
+#endif
   if (p->bits == 4)
     block_4(p, r0, rows, j0, cols);
   else
@@ -188,44 +409,45 @@ static void columns(const product *p, int begin, int end) {
   }
 }
 
-typedef struct {
-  const product *p;
-  int begin, end;
-} share;
-
-static void *run_share(void *arg) {
-  const share *s = arg;
-  columns(s->p, s->begin, s->end);
-  return NULL;
+/* Part ``index`` of ``parts``: equal runs of the n columns, on COLS boundaries. */
+static void part(const void *ctx, int index, int parts) {
+  const product *p = ctx;
+  const int blocks = (p->n + COLS - 1) / COLS;
+  const int begin = (int)((long)blocks * index / parts) * COLS;
+  int end = (int)((long)blocks * (index + 1) / parts) * COLS;
+  if (end > p->n) end = p->n;
+  if (begin < end) columns(p, begin, end);
 }
+
+/* Below this many weights x rows a second thread costs more than it saves. */
+#define SPLIT_WORK 65536
 
 int fq_vector_width(void) { return VW; }
 
-/* The product; 0 on success, -1 for a shape this layout cannot hold. ``threads`` split the n
- * output columns (the caller's thread takes the first share). */
+/* 1 when this build can round activations to int8 (the VNNI path), 0 when they stay float. */
+int fq_int8_activations(void) { return INT8_DOTS; }
+
+void fq_set_pool(parallel_fn fn) { parallel = fn; }
+
+/* The product; 0 on success, -1 for a shape this layout cannot hold, -2 out of memory.
+ * ``threads`` > 1 splits the n output columns over the pool (when one is set); ``int8`` asks
+ * for int8 activations, where the build has them. */
 int fq_gemm(int m, int n, int k, int bits, int group, const float *x, const uint32_t *q,
-            const float *scales, const float *biases, float *y, int threads) {
-  if (m < 1 || m > MAX_ROWS || n < 1 || k < 1 || (bits != 4 && bits != 8) || group < VW ||
-      group % VW != 0 || k % group != 0)
+            const float *scales, const float *biases, float *y, int threads, int int8) {
+  if (m < 1 || n < 1 || k < 1 || (bits != 4 && bits != 8) || group < 32 || group > 128 ||
+      (group & (group - 1)) != 0 || k % group != 0)
     return -1;
-  const product p = {m, n, k, bits, group, x, (const uint8_t *)q, scales, biases, y};
-  if (threads < 1) threads = 1;
-  if (threads > MAX_THREADS) threads = MAX_THREADS;
-  const int blocks = (n + COLS - 1) / COLS;
-  if (threads > blocks) threads = blocks;
-  pthread_t ids[MAX_THREADS];
-  share shares[MAX_THREADS];
-  int started = 0;
-  for (int t = 0; t < threads; t++) {
-    const int begin = (int)((long)blocks * t / threads) * COLS;
-    int end = (int)((long)blocks * (t + 1) / threads) * COLS;
-    shares[t] = (share){&p, begin, end > n ? n : end};
-  }
-  for (int t = 1; t < threads; t++)
-    if (pthread_create(&ids[t], NULL, run_share, &shares[t]) == 0) started = t;
-    else break;
-  columns(&p, shares[0].begin, shares[0].end);
-  for (int t = 1; t <= started; t++) pthread_join(ids[t], NULL);
-  for (int t = started + 1; t < threads; t++) columns(&p, shares[t].begin, shares[t].end);
+  product p = {.m = m, .n = n, .k = k, .bits = bits, .group = group, .int8 = int8 && INT8_DOTS,
+               .x = x, .q = (const uint8_t *)q, .scales = scales, .biases = biases, .y = y};
+  char *scratch = 0;
+#if INT8_DOTS
+  if (p.int8 && !(scratch = quantize_rows(&p))) return -2;
+#endif
+  const long work = (long)m * n * k;
+  if (parallel && threads > 1 && work >= SPLIT_WORK)
+    parallel(part, &p, threads);
+  else
+    part(&p, 0, 1);
+  free(scratch);
   return 0;
 }

@@ -1,9 +1,10 @@
-"""Load the few-row product over MLX's affine-quantized weights (``quant_gemm.c``).
+"""Load the product over MLX's affine-quantized weights (``quant_gemm.c``).
 
 Built like the float32 product (``small_gemm.library_path``: the system C compiler,
-``-march=native``, cached per machine) but loaded privately: nothing else calls it. Stdlib
-and numpy only. The arrays it takes are MLX's own quantized layout: ``mx.quantize``'s packed
-``uint32`` weights with float scales and biases per group.
+``-march=native``, cached per machine) but loaded privately: nothing else calls it. Its
+threads are the float32 product's pool (``use_pool``). Stdlib and numpy only. The arrays it
+takes are MLX's own quantized layout: ``mx.quantize``'s packed ``uint32`` weights with float
+scales and biases per group.
 """
 
 from __future__ import annotations
@@ -16,23 +17,38 @@ import numpy as np
 from engine_mlx.cpu.small_gemm import library_path
 
 SOURCE = Path(__file__).with_name("quant_gemm.c")
-MAX_ROWS = 32
+BITS = (4, 8)
+GROUPS = (32, 64, 128)
 
 
 class QuantGemm:
     def __init__(self, march: str = "native") -> None:
         self.library = ctypes.CDLL(str(library_path(march, SOURCE)), mode=ctypes.RTLD_LOCAL)
-        self.library.fq_vector_width.restype = ctypes.c_int
-        self.library.fq_gemm.restype = ctypes.c_int
-        self.library.fq_gemm.argtypes = [
-            *(ctypes.c_int,) * 5,
-            *(ctypes.c_void_p,) * 5,
-            ctypes.c_int,
-        ]
+        lib = self.library
+        lib.fq_vector_width.restype = ctypes.c_int
+        lib.fq_int8_activations.restype = ctypes.c_int
+        lib.fq_set_pool.argtypes = [ctypes.c_void_p]
+        lib.fq_gemm.restype = ctypes.c_int
+        lib.fq_gemm.argtypes = [*(ctypes.c_int,) * 5, *(ctypes.c_void_p,) * 5, *(ctypes.c_int,) * 2]
 
     def vector_width(self) -> int:
         """fp32 lanes per vector it was compiled for (16: AVX-512, 8: AVX2, 4: SSE/NEON)."""
         return self.library.fq_vector_width()
+
+    def int8_activations(self) -> bool:
+        """Whether this build can round x to int8 per group (AVX-512 VNNI builds)."""
+        return bool(self.library.fq_int8_activations())
+
+    def use_pool(self, small_gemm: ctypes.CDLL) -> None:
+        """Run on the float32 product's worker threads (its ``fc_parallel``)."""
+        self.library.fq_set_pool(ctypes.cast(small_gemm.fc_parallel, ctypes.c_void_p))
+
+    def matrix(
+        self, packed: np.ndarray, scales: np.ndarray, biases: np.ndarray, *, bits: int, group: int
+    ) -> QuantizedMatrix:
+        """The weights checked and held for repeated products; ValueError for a shape the
+        layout cannot hold."""
+        return QuantizedMatrix(self, packed, scales, biases, bits, group)
 
     def multiply(
         self,
@@ -44,25 +60,61 @@ class QuantGemm:
         bits: int,
         group: int,
         threads: int = 1,
+        int8: bool = True,
     ) -> np.ndarray:
-        """``x[m, k] @ W[n, k]^T`` with W = scales * q + biases per group (float32 out);
-        ValueError for shapes the layout cannot hold."""
-        x = np.ascontiguousarray(x, dtype=np.float32)
-        packed = np.ascontiguousarray(packed, dtype=np.uint32)
-        scales = np.ascontiguousarray(scales, dtype=np.float32)
-        biases = np.ascontiguousarray(biases, dtype=np.float32)
-        m, k = x.shape
-        n = packed.shape[0]
-        if packed.shape[1] * 32 // bits != k or scales.shape != (n, k // group):
+        """``x[m, k] @ W[n, k]^T`` with W = scales * q + biases per group (float32 out).
+        ``int8``: round x to int8 per group where the build can (see quant_gemm.c)."""
+        w = self.matrix(packed, scales, biases, bits=bits, group=group)
+        return w.multiply(x, threads=threads, int8=int8)
+
+
+class QuantizedMatrix:
+    """One weight matrix in MLX's quantized layout, its buffers kept alive and their addresses
+    taken once: a decoding forward multiplies ~170 of them per token."""
+
+    def __init__(
+        self,
+        gemm: QuantGemm,
+        packed: np.ndarray,
+        scales: np.ndarray,
+        biases: np.ndarray,
+        bits: int,
+        group: int,
+    ) -> None:
+        if bits not in BITS or group not in GROUPS:
+            raise ValueError(f"no quantized product for {bits} bits in groups of {group}")
+        self.packed = np.ascontiguousarray(packed, dtype=np.uint32)
+        self.scales = np.ascontiguousarray(scales, dtype=np.float32)
+        self.biases = np.ascontiguousarray(biases, dtype=np.float32)
+        n = self.packed.shape[0]
+        k = self.packed.shape[1] * 32 // bits
+        if self.packed.ndim != 2 or self.scales.shape != (n, k // group) or k % group:
             raise ValueError(f"weights of shape {packed.shape} do not hold {n}x{k} at {bits} bits")
-        if biases.shape != scales.shape:
+        if self.biases.shape != self.scales.shape:
             raise ValueError("scales and biases must have the same shape")
-        y = np.empty((m, n), dtype=np.float32)
-        status = self.library.fq_gemm(
-            m, n, k, bits, group,
-            x.ctypes.data, packed.ctypes.data, scales.ctypes.data, biases.ctypes.data,
-            y.ctypes.data, threads,
+        self.n, self.k, self.bits, self.group = n, k, bits, group
+        self._call = gemm.library.fq_gemm
+        self._pointers = (
+            self.packed.ctypes.data,
+            self.scales.ctypes.data,
+            self.biases.ctypes.data,
+        )
+
+    def __deepcopy__(self, memo: dict) -> QuantizedMatrix:
+        return self  # the weights never change: a copied layer may share them
+
+    def multiply(self, x: np.ndarray, *, threads: int = 1, int8: bool = True) -> np.ndarray:
+        """``x[m, k] @ W^T`` as a new float32 [m, n] array."""
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        if x.ndim != 2 or x.shape[1] != self.k:
+            raise ValueError(f"x of shape {x.shape} does not meet weights of {self.k} columns")
+        y = np.empty((x.shape[0], self.n), dtype=np.float32)
+        status = self._call(
+            x.shape[0], self.n, self.k, self.bits, self.group,
+            x.ctypes.data, *self._pointers, y.ctypes.data, threads, int(int8),
         )  # fmt: skip
+        if status == -2:
+            raise MemoryError("no memory for the quantized product's scratch space")
         if status != 0:
-            raise ValueError(f"no quantized product for m={m}, k={k}, bits={bits}, group={group}")
+            raise ValueError(f"no quantized product for x of shape {x.shape}")
         return y

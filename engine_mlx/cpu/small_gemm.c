@@ -214,7 +214,10 @@ static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
 static int threads = 0; /* 0: one per core available to the process */
 static atomic_uint generation;
 static atomic_int pending;
-static const product *job;
+/* The job in hand: part ``index`` of ``parts`` of it is ``job_fn(job_ctx, index, parts)``. */
+typedef void (*part_fn)(const void *ctx, int index, int parts);
+static part_fn job_fn;
+static const void *job_ctx;
 static int job_parts;
 
 static inline void relax(void) {
@@ -225,7 +228,8 @@ static inline void relax(void) {
 #endif
 }
 
-static void part(const product *p, int index, int parts) {
+static void part(const void *ctx, int index, int parts) {
+  const product *p = ctx;
   /* Split N into equal runs on COL_BLOCK boundaries (WIDE_COLS for one-row products). */
   const int step = p->m <= 2 ? WIDE_COLS : CHUNK_COLS;
   const int blocks = (p->n + step - 1) / step;
@@ -272,7 +276,7 @@ static void *worker(void *arg) {
       pthread_mutex_unlock(&wake_lock);
     }
     seen = now;
-    if (index < job_parts) part(job, index, job_parts);
+    if (index < job_parts) job_fn(job_ctx, index, job_parts);
     atomic_fetch_sub(&pending, 1);
   }
   return NULL;
@@ -292,24 +296,32 @@ static void start_pool(void) {
   }
 }
 
-static void run(const product *p) {
-  /* Below ~64k multiply-adds a second thread costs more than it saves. */
-  const long work = (long)p->m * p->n * p->k;
+/* Run ``fn`` in ``parts`` parts (at most one per thread; 1 runs it here), the calling thread
+ * taking part 0. While another product holds the pool, this one runs on the calling thread. */
+void fc_parallel(part_fn fn, const void *ctx, int parts) {
   pthread_once(&pool_once, start_pool);
-  if (threads == 1 || work < SPLIT_WORK || pthread_mutex_trylock(&pool_lock) != 0) {
-    columns(p, 0, p->n);
+  if (parts > threads) parts = threads;
+  if (parts <= 1 || pthread_mutex_trylock(&pool_lock) != 0) {
+    fn(ctx, 0, 1);
     return;
   }
-  job = p;
-  job_parts = threads;
+  job_fn = fn;
+  job_ctx = ctx;
+  job_parts = parts;
   atomic_store(&pending, threads - 1);
   pthread_mutex_lock(&wake_lock);
   atomic_fetch_add(&generation, 1);
   pthread_cond_broadcast(&wake);
   pthread_mutex_unlock(&wake_lock);
-  part(p, 0, threads);
+  fn(ctx, 0, parts);
   while (atomic_load(&pending) > 0) relax();
   pthread_mutex_unlock(&pool_lock);
+}
+
+static void run(const product *p) {
+  /* Below ~64k multiply-adds a second thread costs more than it saves. */
+  const long work = (long)p->m * p->n * p->k;
+  fc_parallel(part, p, work < SPLIT_WORK ? 1 : FC_MAX_THREADS);
 }
 
 /* ---- the entry points ---- */

@@ -27,6 +27,7 @@ import numpy as np
 from mlx.utils import tree_flatten
 
 from engine_mlx.errors import ModelLoadError
+from engine_mlx.models import quantized
 from engine_mlx.models.loading import check_safetensors
 from engine_mlx.models.target import TargetModel
 from engine_mlx.models.weights import weight_mismatch
@@ -72,7 +73,7 @@ def new_head(target: TargetModel) -> MTPHead:
     if layer is None:
         raise MTPUnavailable(f"{target.spec.name} has no attention layer to model an MTP head on")
     eps = float(getattr(target.inner.norm, "eps", 1e-6))
-    return MTPHead(target.spec.hidden_size, eps, copy.deepcopy(layer))
+    return MTPHead(target.spec.hidden_size, eps, quantized.dequantized(copy.deepcopy(layer)))
 
 
 def _mtp_weights(files: list[Path]) -> tuple[dict[str, mx.array], bool]:

@@ -23,7 +23,7 @@ from mlx_lm.models.cache import ArraysCache, KVCache, make_prompt_cache
 from engine_mlx.backend import compute_dtype
 from engine_mlx.errors import ModelLoadError
 from engine_mlx.kernels import kv_compact
-from engine_mlx.models import attention, swiglu
+from engine_mlx.models import attention, quantized, swiglu
 from engine_mlx.models.loading import ModelSpec, validate_model_folder
 from engine_mlx.thinking import thinking_markers
 
@@ -72,6 +72,7 @@ class TargetModel:
         self.model = model
         self.tokenizer = tokenizer
         self.spec = spec
+        self.quantized_layers = quantized.install(model)  # on the CPU: the engine's product
         self.inner = model.model
         self.layers = list(model.layers)
         owner = getattr(model, "language_model", model)

@@ -1,6 +1,8 @@
-"""The product over MLX's quantized weights: x @ dequantize(W)^T for every bit width and group
-size MLX writes, a row's bits independent of the rows beside it, threads splitting the same
-work, and the AVX2 and SSE builds computing the same products."""
+"""The product over MLX's quantized weights: with float activations, x @ dequantize(W)^T for
+every bit width and group size MLX writes; with int8 activations (AVX-512 VNNI builds), within
+the rounding bound stated in quant_gemm.c; either way a row's bits independent of the rows and
+threads beside it, and the AVX2, SSE and AVX-512-without-VNNI builds computing the same
+products."""
 
 from __future__ import annotations
 
@@ -11,11 +13,16 @@ import numpy as np
 import pytest
 
 from engine_mlx.cpu.quant_gemm import QuantGemm
+from engine_mlx.models.quantized import product as shared_product
+
+x86 = pytest.mark.skipif(platform.machine() != "x86_64", reason="x86-64 code paths")
 
 
 @pytest.fixture(scope="module")
 def product() -> QuantGemm:
-    return QuantGemm()
+    gemm = shared_product()
+    assert gemm is not None
+    return gemm
 
 
 def _quantized(rng, n: int, k: int, bits: int, group: int):
@@ -25,45 +32,85 @@ def _quantized(rng, n: int, k: int, bits: int, group: int):
     return np.array(packed), np.array(scales), np.array(biases), dense
 
 
+def _rounding_bound(x, scales, biases, dense, bits: int, group: int) -> np.ndarray:
+    """quant_gemm.c's bound: sum over groups of |scale| * d / 2 * sum |q - middle|, with d
+    = max|x| / 127 per row and group."""
+    n, k = dense.shape
+    q = (dense - np.repeat(biases, group, 1)) / np.repeat(scales, group, 1)
+    middle = 8 if bits == 4 else 128
+    spread = np.abs(np.rint(q) - middle).reshape(n, k // group, group).sum(-1)
+    steps = np.abs(x).reshape(len(x), k // group, group).max(-1) / 127
+    return np.einsum("mg,ng->mn", steps / 2, np.abs(scales) * spread)
+
+
 @pytest.mark.parametrize("bits", [4, 8])
 @pytest.mark.parametrize("group", [32, 64, 128])
-def test_it_is_the_product_with_the_dequantized_weights(product, bits, group):
+def test_with_float_activations_it_is_the_product_with_the_dequantized_weights(
+    product, bits, group
+):
     rng = np.random.default_rng(bits * 1000 + group)
     packed, scales, biases, dense = _quantized(rng, 70, 384, bits, group)
     x = rng.standard_normal((9, 384)).astype(np.float32)
-    got = product.multiply(x, packed, scales, biases, bits=bits, group=group)
+    got = product.multiply(x, packed, scales, biases, bits=bits, group=group, int8=False)
     reference = x.astype(np.float64) @ dense.T.astype(np.float64)
     np.testing.assert_allclose(got, reference, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("bits", [4, 8])
-def test_a_rows_bits_do_not_depend_on_the_rows_beside_it(product, bits):
-    """Plain decoding multiplies one row, verification up to 32: the same bits for a row."""
+@pytest.mark.parametrize(("group", "k"), [(32, 160), (64, 896), (128, 384)])
+def test_int8_activations_stay_within_the_rounding_bound(product, bits, group, k):
+    """k = 160 ends in a partial chunk; 8 bits in groups of 128 spread a group over two."""
+    if not product.int8_activations():
+        pytest.skip("this build keeps activations float (no AVX-512 VNNI)")
+    rng = np.random.default_rng(bits + k)
+    packed, scales, biases, dense = _quantized(rng, 37, k, bits, group)
+    x = rng.standard_normal((5, k)).astype(np.float32)
+    x[0, 3] = 40.0  # an outlier coarsens its group's rounding, and the bound with it
+    got = product.multiply(x, packed, scales, biases, bits=bits, group=group)
+    exact = x.astype(np.float64) @ dense.T.astype(np.float64)
+    bound = _rounding_bound(x, scales, biases, dense, bits, group)
+    slack = 1e-4 * np.abs(x).sum(1, keepdims=True) * np.abs(dense).max()  # float rounding
+    assert np.all(np.abs(got - exact) <= bound + slack)
+    assert np.abs(got - exact).max() > 1e-3  # the rounding is there: this is the int8 path
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("int8", [True, False])
+def test_a_rows_bits_do_not_depend_on_the_rows_or_threads_beside_it(product, bits, int8):
+    """Plain decoding multiplies one row, verification up to 32, prefill more: the same bits
+    for a row, however the threads split the columns."""
     rng = np.random.default_rng(5)
     packed, scales, biases, _ = _quantized(rng, 37, 256, bits, 64)
-    x = rng.standard_normal((32, 256)).astype(np.float32)
-    every = product.multiply(x, packed, scales, biases, bits=bits, group=64)
+    x = rng.standard_normal((70, 256)).astype(np.float32)
+    every = product.multiply(x, packed, scales, biases, bits=bits, group=64, int8=int8)
     for rows in (1, 2, 3, 5, 8, 31):
-        some = product.multiply(x[:rows], packed, scales, biases, bits=bits, group=64)
+        some = product.multiply(x[:rows], packed, scales, biases, bits=bits, group=64, int8=int8)
         assert np.array_equal(some, every[:rows]), rows
-    split = product.multiply(x, packed, scales, biases, bits=bits, group=64, threads=2)
+    split = product.multiply(x, packed, scales, biases, bits=bits, group=64, threads=2, int8=int8)
     assert np.array_equal(split, every)
 
 
 def test_shapes_the_layout_cannot_hold_are_refused(product):
     rng = np.random.default_rng(1)
     packed, scales, biases, _ = _quantized(rng, 8, 128, 4, 64)
-    with pytest.raises(ValueError, match="do not hold"):
+    with pytest.raises(ValueError, match="does not meet"):
         product.multiply(np.zeros((1, 64), np.float32), packed, scales, biases, bits=4, group=64)
-    with pytest.raises(ValueError, match="m=33"):
-        product.multiply(np.zeros((33, 128), np.float32), packed, scales, biases, bits=4, group=64)
+    with pytest.raises(ValueError, match="do not hold"):
+        product.multiply(np.zeros((1, 64), np.float32), packed, scales, biases, bits=8, group=64)
+    with pytest.raises(ValueError, match="3 bits"):
+        product.matrix(packed, scales, biases, bits=3, group=64)
 
 
-@pytest.mark.skipif(platform.machine() != "x86_64", reason="x86-64 code paths")
-@pytest.mark.parametrize(("march", "lanes"), [("x86-64-v3", 8), ("x86-64", 4)])
-def test_the_narrower_builds_compute_the_same_products(march, lanes):
+@x86
+@pytest.mark.parametrize(
+    ("march", "lanes", "int8"),
+    [("x86-64-v3", 8, False), ("x86-64", 4, False), ("skylake-avx512", 16, False)],
+)
+def test_the_other_builds_compute_the_same_products(march, lanes, int8):
+    """AVX2, SSE, and AVX-512 without VNNI (float activations there)."""
     build = QuantGemm(march)
     assert build.vector_width() == lanes
+    assert build.int8_activations() == int8
     rng = np.random.default_rng(3)
     for bits in (4, 8):
         packed, scales, biases, dense = _quantized(rng, 21, 256, bits, 32)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -443,3 +444,15 @@ def test_smollm2_reimport_is_instant(smollm2_gguf: Path, smollm2_dir: Path) -> N
     import_gguf(smollm2_gguf, smollm2_dir, dtype="float16")
     assert time.perf_counter() - t0 < 0.5
     assert (smollm2_dir / MARKER_NAME).stat().st_mtime_ns == stamp
+
+
+def test_import_gguf_quantize_writes_an_mlx_quantized_model(mlx_gguf, tmp_path, capsys):
+    from engine_mlx.cli import main
+    from engine_mlx.models.target import TargetModel
+
+    out = tmp_path / "lib" / "tiny-4bit"
+    assert main(["import-gguf", str(mlx_gguf), str(out), "--quantize", "4"]) == 0
+    config = json.loads((out / "config.json").read_text())
+    assert config["quantization"]["bits"] == 4
+    assert TargetModel.load(out).quantized_layers > 0
+    assert [p.name for p in out.parent.iterdir()] == ["tiny-4bit"]  # the scratch import is gone

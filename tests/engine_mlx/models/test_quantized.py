@@ -1,0 +1,133 @@
+"""MLX-quantized targets on the CPU: every quantized layer runs on the engine's product, its
+forward agrees with MLX's own quantized kernels, and every speculative mode stays lossless
+(greedy token for token, sampling in distribution)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+import pytest
+from mlx.utils import tree_flatten
+
+from engine_mlx.config import GenerationConfig
+from engine_mlx.decoding.dflash_drafter import DFlashDrafter
+from engine_mlx.decoding.mtp_drafter import MTPDrafter
+from engine_mlx.decoding.sampling import SamplingParams
+from engine_mlx.models import quantized
+from engine_mlx.models.quantize import quantize_folder
+from engine_mlx.models.target import TargetModel
+from engine_mlx.session import Session
+from tests.support.distribution import position_p_values, sample_replies
+from tests.support.drafters import OracleDrafter, random_dflash, random_mtp_head
+from tests.support.tiny_models import build_tiny_model
+
+PROMPT = "Hello world, the quick brown fox"
+SPEC_ARCHS = ("llama", "qwen3", "qwen3_5")
+
+
+@pytest.fixture(scope="module")
+def quantized_dir(tiny_model_dir, tmp_path_factory):
+    """``quantized_dir(arch, bits)``: the tiny model quantized by mlx-lm, groups of 32."""
+    built: dict[tuple[str, int], Path] = {}
+
+    def get(arch: str, bits: int) -> Path:
+        if (arch, bits) not in built:
+            out = tmp_path_factory.mktemp(f"q{bits}_{arch}") / "model"
+            built[arch, bits] = quantize_folder(tiny_model_dir(arch), out, bits=bits, group=32)
+        return built[arch, bits]
+
+    return get
+
+
+@pytest.fixture(scope="module")
+def quantized_target(quantized_dir):
+    loaded: dict[tuple[str, int], TargetModel] = {}
+
+    def get(arch: str, bits: int = 4) -> TargetModel:
+        if (arch, bits) not in loaded:
+            loaded[arch, bits] = TargetModel.load(quantized_dir(arch, bits))
+        return loaded[arch, bits]
+
+    return get
+
+
+def _tokens(session: Session, ids: list[int], **kw) -> tuple[int, ...]:
+    finished = list(session.generate(ids, GenerationConfig(ignore_eos=True, **kw)))[-1]
+    assert finished.reason == "max_tokens", finished
+    return finished.tokens
+
+
+def _mlx_lm_logits(folder: Path, ids: list[int]) -> np.ndarray:
+    """The same file through mlx-lm and MLX's own quantized kernels."""
+    from mlx_lm.utils import load_model
+
+    model, _ = load_model(folder)
+    model.set_dtype(mx.float32)
+    return np.array(model(mx.array(ids)[None]))[0]
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "qwen3_5"])
+def test_every_quantized_layer_runs_on_the_engine_product(arch, quantized_dir):
+    folder = quantized_dir(arch, 4)
+    target = TargetModel.load(folder)
+    layers = [m for _, m in tree_flatten(target.model.leaf_modules(), is_leaf=nn.Module.is_module)]
+    kinds = (nn.QuantizedLinear, nn.QuantizedEmbedding)
+    quantized_layers = [m for m in layers if isinstance(m, kinds)]
+    assert quantized_layers and target.quantized_layers == len(quantized_layers)
+    assert all(
+        isinstance(m, (quantized.CpuQuantizedLinear, quantized.CpuQuantizedEmbedding))
+        for m in quantized_layers
+    )
+    ids = target.tokenizer.encode(PROMPT)
+    ours = np.array(target.forward(mx.array(ids), target.make_cache()).logits)[0]
+    theirs = _mlx_lm_logits(folder, ids)
+    scale = np.abs(theirs).max()
+    tolerance = 0.1 if quantized.int8_activations() else 1e-4  # x rounded to int8 per group
+    assert np.abs(ours - theirs).max() <= tolerance * scale
+
+
+def test_float_activations_match_mlx_quantized_kernels_closely(quantized_dir, monkeypatch):
+    monkeypatch.setenv(quantized.ACTIVATIONS_SWITCH, "float")
+    folder = quantized_dir("qwen3", 8)
+    target = TargetModel.load(folder)
+    ids = target.tokenizer.encode(PROMPT)
+    ours = np.array(target.forward(mx.array(ids), target.make_cache()).logits)[0]
+    np.testing.assert_allclose(ours, _mlx_lm_logits(folder, ids), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("arch", SPEC_ARCHS)
+@pytest.mark.parametrize("bits", [4, 8])
+def test_speculative_greedy_equals_plain_greedy_on_a_quantized_target(arch, bits, quantized_target):
+    target = quantized_target(arch, bits)
+    ids = target.tokenizer.encode(PROMPT)
+    plain = _tokens(Session(target), ids, max_tokens=32)
+    dflash = Session(target, DFlashDrafter(random_dflash(target, conv=4), target))
+    for width in (1, 3):
+        got = _tokens(dflash, ids, max_tokens=32, mode="dflash2", width=width)
+        assert got == plain, ("dflash2", width)
+    mtp = Session(target, mtp=MTPDrafter(random_mtp_head(target), target, steps=3))
+    assert _tokens(mtp, ids, max_tokens=32, mode="mtp") == plain
+    oracle = Session(target, OracleDrafter(target, block_size=5))
+    assert _tokens(oracle, ids, max_tokens=32, mode="dflash2", width=2) == plain
+    repeat = target.tokenizer.encode("one two three one two three one two")
+    looked = _tokens(Session(target), repeat, max_tokens=32, mode="lookup", width=3)
+    assert looked == _tokens(Session(target), repeat, max_tokens=32)
+
+
+@pytest.mark.slow
+def test_sampled_distribution_matches_plain_sampling_on_a_quantized_target(tmp_path):
+    source = build_tiny_model("qwen3", tmp_path / "full", vocab_size=12, seed=3)
+    target = TargetModel.load(quantize_folder(source, tmp_path / "q4", bits=4, group=32))
+    assert target.quantized_layers > 0
+    params = SamplingParams(temperature=0.6, top_k=8)
+    session = Session(target, OracleDrafter(target, block_size=3))
+    prompt = [3, 5, 7, 3, 5]
+    replies, accepted = sample_replies(
+        session, prompt, range(20_000, 20_300), 3, mode="dflash2", width=3, sampling=params
+    )
+    p_values = position_p_values(target, prompt, replies, params)
+    assert min(p_values) > 1e-3, p_values
+    assert accepted > 300 // 4
