@@ -79,6 +79,9 @@ static parallel_fn parallel;
 
 #define COLS 4 /* weight rows a thread's share is cut into (and a register tile's width) */
 #define ROWS 4 /* rows of x per register tile */
+/* Weight rows ahead to prefetch: the hardware prefetcher alone left a 2.7 MB matrix at half the
+ * memory's speed (4864x896, 4 bits, 2-core Xeon: 0.15 -> 0.08 ms). */
+#define AHEAD 8
 
 /* The fixed reduction tree: halves added until one lane is left. */
 static inline float reduce(vf v) {
@@ -181,15 +184,22 @@ static char *quantize_rows(product *p) {
   return scratch;
 }
 
-/* The bias term and the centring's correction of one output (see the top of the file). */
-static inline float offset(const product *p, int bits, int row, int col) {
+/* One output from its accumulator: the bias term and the centring's correction (see the top of
+ * the file) added lane-wise over the groups, then the lanes summed. Vector work throughout: a
+ * scalar chain of one multiply-add per group cost more than the product itself. */
+static inline float finish(const product *p, int bits, int row, int col, __m512 total) {
   const int groups = p->k / p->group;
   const float *b = p->biases + (size_t)col * groups, *s = p->scales + (size_t)col * groups;
   const float *sums = p->xsum + (size_t)row * groups, *res = p->xres + (size_t)row * groups;
-  const float middle = bits == 4 ? 8.0f : 128.0f;
-  float total = 0.0f;
-  for (int g = 0; g < groups; g++) total += b[g] * sums[g] + middle * s[g] * res[g];
-  return total;
+  const __m512 middle = _mm512_set1_ps(bits == 4 ? 8.0f : 128.0f);
+  for (int g = 0; g < groups; g += 16) {
+    const __mmask16 live = groups - g >= 16 ? 0xFFFF : (__mmask16)((1u << (groups - g)) - 1);
+    const __m512 correction = _mm512_mul_ps(_mm512_maskz_loadu_ps(live, s + g), middle);
+    total = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(live, b + g),
+                            _mm512_maskz_loadu_ps(live, sums + g), total);
+    total = _mm512_fmadd_ps(correction, _mm512_maskz_loadu_ps(live, res + g), total);
+  }
+  return _mm512_reduce_add_ps(total);
 }
 
 /* y[r0 : r0 + R, j0 : j0 + J]: the accumulators in registers, chunk by chunk. */
@@ -221,6 +231,7 @@ static inline float offset(const product *p, int bits, int row, int col) {
       __m512i lo[J], hi[J];                                                                   \
       __m512 scale[J];                                                                        \
       for (int j = 0; j < J; j++) {                                                           \
+        _mm_prefetch((const char *)(w[j] + (size_t)c * 64 + AHEAD * row_bytes), _MM_HINT_T0); \
         const __m512i packed = _mm512_maskz_loadu_epi8(bytes, w[j] + (size_t)c * 64);         \
         lo[j] = BITS == 4 ? _mm512_and_si512(packed, low) : packed;                           \
         hi[j] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low);                          \
@@ -240,8 +251,7 @@ static inline float offset(const product *p, int bits, int row, int col) {
     }                                                                                         \
     for (int r = 0; r < R; r++)                                                               \
       for (int j = 0; j < J; j++)                                                             \
-        p->y[(size_t)(r0 + r) * p->n + j0 + j] =                                              \
-            reduce_lanes(acc[r][j]) + offset(p, BITS, r0 + r, j0 + j);                        \
+        p->y[(size_t)(r0 + r) * p->n + j0 + j] = finish(p, BITS, r0 + r, j0 + j, acc[r][j]);  \
   }
 
 #define DOT_TILES(BITS)                                                                     \

@@ -76,9 +76,13 @@ def _matrix(layer: nn.Module) -> QuantizedMatrix | None:
         return None
 
 
-def _multiply(matrix: QuantizedMatrix, x: mx.array, int8: bool) -> mx.array:
+def _multiply(
+    matrix: QuantizedMatrix, x: mx.array, int8: bool, bias: np.ndarray | None = None
+) -> mx.array:
     rows = np.asarray(x.reshape(-1, matrix.k))
     y = matrix.multiply(rows, threads=THREADS, int8=int8)
+    if bias is not None:
+        y += bias
     return mx.array(y).reshape(*x.shape[:-1], matrix.n)
 
 
@@ -89,17 +93,18 @@ class CpuQuantizedLinear(nn.QuantizedLinear):
         nn.Module.__init__(self)
         self.group_size, self.bits, self.mode = layer.group_size, layer.bits, layer.mode
         self.weight, self.scales, self.biases = layer.weight, layer.scales, layer.biases
+        self._bias = None
         if "bias" in layer:
             self.bias = layer.bias
+            self._bias = np.asarray(layer.bias) if layer.bias.dtype == mx.float32 else None
         self._matrix = matrix
         self._int8 = int8_activations()
         self.freeze()
 
     def __call__(self, x: mx.array) -> mx.array:
-        if x.dtype != mx.float32:
+        if x.dtype != mx.float32 or ("bias" in self and self._bias is None):
             return super().__call__(x)
-        y = _multiply(self._matrix, x, self._int8)
-        return y + self["bias"] if "bias" in self else y
+        return _multiply(self._matrix, x, self._int8, self._bias)
 
 
 class CpuQuantizedEmbedding(nn.QuantizedEmbedding):
@@ -118,6 +123,45 @@ class CpuQuantizedEmbedding(nn.QuantizedEmbedding):
         if x.dtype != mx.float32:
             return super().as_linear(x)
         return _multiply(self._matrix, x, self._int8)
+
+
+def _swiglu_mlp_types() -> tuple[type, ...]:
+    """mlx-lm's MLPs that are ``down(swiglu(gate(x), up(x)))``, read from their source."""
+    from mlx_lm.models import llama, qwen2, qwen3, qwen3_next
+
+    return llama.MLP, qwen2.MLP, qwen3.MLP, qwen3_next.Qwen3NextMLP
+
+
+class CpuQuantizedMLP(nn.Module):
+    """A gated MLP whose three products are the engine's: its input is evaluated once and the
+    activation ``silu(gate) * up`` computed in numpy between them, so MLX's graph is left
+    once per MLP instead of three times, and MLX's element-by-element ``exp`` (~14 ns an
+    element here) is not paid. Row by row the same arithmetic for any number of rows: plain
+    decoding and verification agree bit for bit."""
+
+    def __init__(self, mlp: nn.Module) -> None:
+        super().__init__()
+        self.gate_proj, self.up_proj, self.down_proj = mlp.gate_proj, mlp.up_proj, mlp.down_proj
+
+    def __call__(self, x: mx.array) -> mx.array:
+        gate, up, down = self.gate_proj, self.up_proj, self.down_proj
+        ours = all(isinstance(part, CpuQuantizedLinear) for part in (gate, up, down))
+        if x.dtype != mx.float32 or not ours:  # e.g. a dequantized copy (an MTP head's)
+            return down(nn.silu(gate(x)) * up(x))
+        rows = np.asarray(x.reshape(-1, gate._matrix.k))
+        g = gate._matrix.multiply(rows, threads=THREADS, int8=gate._int8)
+        u = up._matrix.multiply(rows, threads=THREADS, int8=up._int8)
+        with np.errstate(over="ignore", under="ignore"):  # saturated gates: silu -> -0 or g
+            hidden = g / (1.0 + np.exp(-g)) * u
+        y = down._matrix.multiply(hidden, threads=THREADS, int8=down._int8)
+        return mx.array(y).reshape(*x.shape[:-1], down._matrix.n)
+
+
+def _fusable_mlp(module: Any) -> bool:
+    parts = [getattr(module, name, None) for name in ("gate_proj", "up_proj", "down_proj")]
+    return type(module) in _swiglu_mlp_types() and all(
+        type(part) is CpuQuantizedLinear and "bias" not in part for part in parts
+    )
 
 
 def install(model: nn.Module) -> int:
@@ -142,6 +186,10 @@ def install(model: nn.Module) -> int:
 
     leaves = tree_map_with_path(swap, model.leaf_modules(), is_leaf=nn.Module.is_module)
     model.update_modules(leaves)
+    for _, module in model.named_modules():
+        mlp = getattr(module, "mlp", None)
+        if _fusable_mlp(mlp):
+            module.mlp = CpuQuantizedMLP(mlp)
     return swapped
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
+import numpy as np
 from mlx_lm.models.base import create_attention_mask, create_ssm_mask
 from mlx_lm.models.cache import ArraysCache, KVCache, make_prompt_cache
 
@@ -25,6 +26,7 @@ from engine_mlx.errors import ModelLoadError
 from engine_mlx.kernels import kv_compact
 from engine_mlx.models import attention, quantized, swiglu
 from engine_mlx.models.loading import ModelSpec, validate_model_folder
+from engine_mlx.models.numpy_rope import NumpyRoPE
 from engine_mlx.thinking import thinking_markers
 
 
@@ -42,9 +44,20 @@ class PositionedRoPE(nn.Module):
         super().__init__()
         self.inner = inner
         self._context = context
+        self._numpy: NumpyRoPE | None = None
+
+    def rotate_in_numpy(self) -> None:
+        """Rotate float32 inputs in numpy (``numpy_rope``), if the inner RoPE is a plain one."""
+        if NumpyRoPE.takes(self.inner):
+            self._numpy = NumpyRoPE(self.inner)
 
     def __call__(self, x: mx.array, offset: int | mx.array = 0) -> mx.array:
         positions = self._context.positions
+        if self._numpy is not None and x.dtype == mx.float32:
+            length = x.shape[2]
+            start = int(offset.item()) if isinstance(offset, mx.array) else int(offset)
+            rows = np.arange(start, start + length) if positions is None else np.asarray(positions)
+            return mx.array(self._numpy(np.asarray(x), rows))
         if positions is None:
             return self.inner(x, offset=offset)
         # x: [1, heads, L, D] -> [L, heads, 1, D]: one batch entry (one offset) per token.
@@ -83,6 +96,11 @@ class TargetModel:
             attn = getattr(layer, "self_attn", None)
             if attn is not None and not isinstance(attn.rope, PositionedRoPE):
                 attn.rope = PositionedRoPE(attn.rope, self._positions)
+        if self.quantized_layers:  # the graph is left at every product: rotate in numpy too
+            for layer in self.layers:
+                rope = getattr(getattr(layer, "self_attn", None), "rope", None)
+                if isinstance(rope, PositionedRoPE):
+                    rope.rotate_in_numpy()
         self.is_hybrid = any(getattr(layer, "is_linear", False) for layer in self.layers)
         attention.install(
             {
