@@ -5,9 +5,10 @@ demo) and for SmolLM2-135M-Instruct.
 ``NO_DRAFTER`` asks for no drafter even where one is shipped (the app's "No drafter").
 
 Used by default wherever a target has no drafter or MTP head of its own: the app and the CLI
-run speculative decoding offline out of the box. Matched on the folder name and on the shapes
-the pair was trained against, so a different model that happens to share the name is not
-given a drafter that does not fit it (loading would refuse it anyway, with the reason).
+run speculative decoding offline out of the box. Matched on the folder name (or, for a copy
+quantized here, its source's) and on the shapes the pair was trained against, so a different
+model that happens to share the name is not given a drafter that does not fit it (loading
+would refuse it anyway, with the reason).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine_mlx.models.loading import ModelSpec
+from engine_mlx.models.quantize import quantized_source
 
 COMPANIONS_DIR = Path(__file__).resolve().parent.parent / "resources" / "companions"
 DRAFTER_SUFFIX = "-DFlash2"  # the drafter's folder: <model>-DFlash2 (as z-lab names theirs)
@@ -36,11 +38,12 @@ class Companions:
 
 def shipped_companions(spec: ModelSpec) -> Companions:
     """The shipped drafter and MTP head for this target, where they exist and fit."""
-    shape = TRAINED_FOR.get(spec.name)
+    name = quantized_source(spec.path) or spec.name  # a quantized copy keeps its pair
+    shape = TRAINED_FOR.get(name)
     if shape != (spec.hidden_size, spec.vocab_size, spec.num_layers):
         return Companions()
-    folder = COMPANIONS_DIR / spec.name
-    drafter = folder / f"{spec.name}{DRAFTER_SUFFIX}"
+    folder = COMPANIONS_DIR / name
+    drafter = folder / f"{name}{DRAFTER_SUFFIX}"
     mtp = folder / MTP_FILE
     return Companions(
         drafter=drafter if (drafter / "config.json").is_file() else None,

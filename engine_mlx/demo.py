@@ -106,7 +106,10 @@ def ensure_model(model: BundledModel) -> Path:
 
 
 def ensure_demo_model() -> Path:
-    return ensure_model(DEMO)
+    """The demo's folder, in the form that decodes fastest on this machine (``demo_form``)."""
+    from engine_mlx.demo_form import fastest_form
+
+    return fastest_form(ensure_model(DEMO))
 
 
 def _not_installed(model: BundledModel) -> str:

@@ -123,3 +123,12 @@ def qwen_dir(qwen_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     folder = tmp_path_factory.mktemp("qwen") / QWEN_CODER.name
     return import_gguf(qwen_gguf, folder, dtype=QWEN_CODER.dtype)
+
+
+@pytest.fixture(scope="session")
+def qwen_4bit_dir(qwen_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The real demo quantized to 4 bits by mlx-lm (as set-up writes it), once per session."""
+    from engine_mlx.models.quantize import default_destination, quantize_folder
+
+    out = default_destination(tmp_path_factory.mktemp("qwen4") / qwen_dir.name, 4)
+    return quantize_folder(qwen_dir, out, bits=4)

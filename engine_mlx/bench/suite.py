@@ -18,7 +18,8 @@ from typing import Any
 
 from engine_mlx.arguments import config_from_args, parse_modes, resolve_model, speculators_from_args
 from engine_mlx.backend import backend_info
-from engine_mlx.bench.external import external_baselines
+from engine_mlx.bench.external import default_envs_dir, external_baselines
+from engine_mlx.bench.llama_peer import plain_decoding, source_gguf
 from engine_mlx.bench.measure import Runner, machine_description, run_ours, shown_path
 from engine_mlx.bench.mlx_lm import mlx_lm_runner
 from engine_mlx.bench.prompts import BenchPrompts
@@ -90,6 +91,18 @@ def run_suite(args: argparse.Namespace) -> int:
             )
             baselines |= found
             skipped |= not_run
+    peer = None
+    if not args.no_baseline:  # llama.cpp first, on an idle machine
+        gguf = args.llama_gguf or source_gguf(path)
+        envs = args.bench_envs or default_envs_dir()
+        found = plain_decoding(gguf, envs, list(spec.depths), spec.max_tokens)
+        if isinstance(found, str):
+            skipped["llama.cpp"] = found
+        else:
+            peer = found
+            print(f"# llama.cpp plain decoding ({found.gguf}, {found.threads} threads): "
+                  + ", ".join(f"depth {d} {v:.2f} tok/s" for d, v in found.tok_s.items()),
+                  flush=True)  # fmt: skip
     prompts = BenchPrompts(target, Path(tempfile.mkdtemp(prefix="flashchat-bench-")))
     categories = args.categories.split(",") if args.categories else prompts.categories
     info = backend_info(target.dtype)
@@ -118,11 +131,17 @@ def run_suite(args: argparse.Namespace) -> int:
             rows += _measure(session, base, cells, active, prompt, spec)
             for r in rows[-(len(cells) + len(active)) :]:
                 r.update(category=category, depth=depth, prompt_tokens=len(prompt))
+                if peer is not None and depth in peer.tok_s:
+                    r["vs_llama_cpp"] = r["decode_tps"] / peer.tok_s[depth]
                 _print_row(r)
             if args.json_out:  # after every cell group: a long run interrupted keeps its rows
                 report = _report(rows, spec, path, args, info, skipped, names)
                 args.json_out.write_text(json.dumps(report, indent=2))
     report = _report(rows, spec, path, args, info, skipped, names)
+    if peer is not None:
+        report["llama_cpp"] = peer.as_dict()
+        if args.json_out:
+            args.json_out.write_text(json.dumps(report, indent=2))
     if args.plot_out:
         from engine_mlx.bench.plot import plot_suite  # matplotlib: an optional extra
 
@@ -175,7 +194,8 @@ def _print_row(r: dict[str, Any]) -> None:
     print(
         f"{r['category']:<6} {r['depth']:>5} {r['impl']:<13} {r['mode']:<8} w{r['width']} "
         f"{r['decode_tps']:7.2f} tok/s  tau {tau:>5}  {r['vs_ar']:.2f}x ar  "
-        f"{'same' if r['identical_to_ar'] else 'DIFFERENT'} {modes}",
+        + (f"{r['vs_llama_cpp']:.2f}x llama.cpp  " if "vs_llama_cpp" in r else "")
+        + f"{'same' if r['identical_to_ar'] else 'DIFFERENT'} {modes}",
         flush=True,
     )
 

@@ -10,17 +10,20 @@ renamed into place, so a failure leaves nothing half-written.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import uuid
 from pathlib import Path
 
 from engine_mlx.errors import ModelLoadError
+from engine_mlx.models.gguf.importer import MARKER_NAME as IMPORT_MARKER
 from engine_mlx.models.loading import validate_model_folder
 
 BITS = (4, 8)
 GROUPS = (32, 64, 128)
 DEFAULT_GROUP = 64  # mlx-lm's default and mlx-community's usual choice
+QUANTIZE_MARKER = "flashchat_quantized.json"
 
 
 def default_destination(source: Path, bits: int) -> Path:
@@ -56,6 +59,7 @@ def quantize_folder(
         model, tokenizer, config = load(str(spec.path), return_config=True, lazy=True)
         model, config = quantize_model(model, config, group, bits)
         save(work, spec.path, model, tokenizer, config)
+        _write_marker(work, spec.path, bits, group)
         if out.exists():
             out.rmdir()
         os.replace(work, out)
@@ -67,3 +71,22 @@ def quantize_folder(
         if work.exists():
             shutil.rmtree(work, ignore_errors=True)
     return out
+
+
+def _write_marker(folder: Path, source: Path, bits: int, group: int) -> None:
+    """What the copy was made from (and the GGUF behind that, for the bench's llama.cpp)."""
+    marker: dict[str, object] = {"source": source.name, "bits": bits, "group_size": group}
+    try:
+        imported = json.loads((source / IMPORT_MARKER).read_text(encoding="utf-8"))
+        marker["source_name"] = imported["source_name"]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    (folder / QUANTIZE_MARKER).write_text(json.dumps(marker, indent=2), encoding="utf-8")
+
+
+def quantized_source(folder: Path) -> str | None:
+    """The name of the model a folder was quantized from here (its marker), or None."""
+    try:
+        return str(json.loads((folder / QUANTIZE_MARKER).read_text(encoding="utf-8"))["source"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None

@@ -110,7 +110,7 @@ class TargetModel:
             }
         )
         swiglu.install({type(lyr.mlp).__module__ for lyr in self.layers if hasattr(lyr, "mlp")})
-        self.dtype = self.inner.embed_tokens.weight.dtype
+        self.dtype = self.inner.norm.weight.dtype  # the compute dtype, quantized or not
         self.thinking = thinking_markers(tokenizer)  # None: a model that does not think
 
     # ----------------------------------------------------------------- loading

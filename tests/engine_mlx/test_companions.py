@@ -53,3 +53,9 @@ def test_the_qwen_demo_drafts_losslessly_with_its_shipped_pair(qwen_dir):
     # widths 1 and 2 are the drafter's best; the MTP head drafts one token (its file says so)
     prompt = "Write a Python function that reverses a string."
     _drafts_losslessly(qwen_dir, prompt, (1, 2))
+
+
+@pytest.mark.slow
+def test_the_4_bit_demo_keeps_the_demos_pair_and_drafts_losslessly(qwen_4bit_dir):
+    prompt = "Write a Python function that reverses a string."
+    _drafts_losslessly(qwen_4bit_dir, prompt, (1,))

@@ -77,6 +77,7 @@ def test_every_quantized_layer_runs_on_the_engine_product(arch, quantized_dir):
     kinds = (nn.QuantizedLinear, nn.QuantizedEmbedding)
     quantized_layers = [m for m in layers if isinstance(m, kinds)]
     assert quantized_layers and target.quantized_layers == len(quantized_layers)
+    assert target.dtype == mx.float32  # what drafters are cast to: not the packed uint32
     assert all(
         isinstance(m, (quantized.CpuQuantizedLinear, quantized.CpuQuantizedEmbedding))
         for m in quantized_layers
@@ -131,3 +132,26 @@ def test_sampled_distribution_matches_plain_sampling_on_a_quantized_target(tmp_p
     p_values = position_p_values(target, prompt, replies, params)
     assert min(p_values) > 1e-3, p_values
     assert accepted > 300 // 4
+
+
+@pytest.mark.slow
+def test_the_4_bit_demo_with_float_activations_decodes_as_mlx_lm(qwen_4bit_dir, monkeypatch):
+    """Greedy equal to mlx-lm on the same 4-bit weights. mlx-lm's own CPU kernel for quantized
+    products is far too slow to decode with here, so mlx-lm runs the weights dequantized
+    (``mlx_lm.utils.dequantize_model``): the same numbers, float activations."""
+    from mlx_lm.generate import generate_step
+    from mlx_lm.utils import dequantize_model, load_model
+
+    from engine_mlx.api import encode_prompt
+
+    monkeypatch.setenv(quantized.ACTIVATIONS_SWITCH, "float")
+    target = TargetModel.load(qwen_4bit_dir)
+    ids = encode_prompt(
+        target, "Write a Python function that checks whether a year is a leap year."
+    )
+    ours = _tokens(Session(target), ids, max_tokens=24)
+    model, _ = load_model(qwen_4bit_dir)
+    model = dequantize_model(model)
+    model.set_dtype(mx.float32)
+    steps = generate_step(mx.array(ids), model, max_tokens=24)
+    assert list(ours) == [int(tok) for (tok, _), _ in zip(steps, range(24), strict=False)]
