@@ -13,6 +13,7 @@ copied library on another CPU is measured again.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from pathlib import Path
@@ -31,7 +32,7 @@ def fastest_form(full: Path, measure: bool = True) -> Path:
     measurement, full precision."""
     quantized = default_destination(full, BITS)
     record = full.parent / RECORD
-    signature = cpu_signature()
+    signature = hashlib.sha256(cpu_signature().encode()).hexdigest()[:16]
     try:
         kept = json.loads(record.read_text(encoding="utf-8"))
         if kept.get("machine") == signature and (full.parent / kept["choice"]).is_dir():

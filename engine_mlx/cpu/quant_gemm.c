@@ -432,6 +432,49 @@ static void part(const void *ctx, int index, int parts) {
 /* Below this many weights x rows a second thread costs more than it saves. */
 #define SPLIT_WORK 65536
 
+/* ---- dequantization, for prefill: float32 rows of W for the BLAS ---- */
+
+typedef struct {
+  int rows, k, bits, group;
+  const uint8_t *q;
+  const float *scales, *biases;
+  float *out; /* [rows, k] */
+} unpacking;
+
+static void unpack_part(const void *ctx, int index, int parts) {
+  const unpacking *u = ctx;
+  const int begin = (int)((long)u->rows * index / parts), end = (int)((long)u->rows * (index + 1) / parts);
+  const int groups = u->k / u->group, row_bytes = u->k * u->bits / 8;
+  for (int n = begin; n < end; n++) {
+    const uint8_t *q = u->q + (size_t)n * row_bytes;
+    float *out = u->out + (size_t)n * u->k;
+    for (int g = 0; g < groups; g++) {
+      const vf scale = splat(u->scales[(size_t)n * groups + g]);
+      const vf bias = splat(u->biases[(size_t)n * groups + g]);
+      for (int kk = g * u->group; kk < (g + 1) * u->group; kk += VW) {
+        const vf w = (u->bits == 4 ? nibbles(q + kk / 2) : bytes(q + kk)) * scale + bias;
+        memcpy(out + kk, &w, sizeof(w));
+      }
+    }
+  }
+}
+
+/* Rows [0, rows) of W as float32 into ``out`` ([rows, k]): mx.dequantize's values, within a
+ * rounding (scale * q + bias fused). Prefill's many rows are faster through the BLAS than
+ * through the few-row product. */
+int fq_dequantize(int rows, int k, int bits, int group, const uint32_t *q, const float *scales,
+                  const float *biases, float *out, int threads) {
+  if (rows < 1 || k < 1 || (bits != 4 && bits != 8) || group < 32 || group % VW != 0 ||
+      k % group != 0)
+    return -1;
+  const unpacking u = {rows, k, bits, group, (const uint8_t *)q, scales, biases, out};
+  if (parallel && threads > 1 && (long)rows * k >= SPLIT_WORK)
+    parallel(unpack_part, &u, threads);
+  else
+    unpack_part(&u, 0, 1);
+  return 0;
+}
+
 int fq_vector_width(void) { return VW; }
 
 /* 1 when this build can round activations to int8 (the VNNI path), 0 when they stay float. */

@@ -30,6 +30,8 @@ class QuantGemm:
         lib.fq_set_pool.argtypes = [ctypes.c_void_p]
         lib.fq_gemm.restype = ctypes.c_int
         lib.fq_gemm.argtypes = [*(ctypes.c_int,) * 5, *(ctypes.c_void_p,) * 5, *(ctypes.c_int,) * 2]
+        lib.fq_dequantize.restype = ctypes.c_int
+        lib.fq_dequantize.argtypes = [*(ctypes.c_int,) * 4, *(ctypes.c_void_p,) * 4, ctypes.c_int]
 
     def vector_width(self) -> int:
         """fp32 lanes per vector it was compiled for (16: AVX-512, 8: AVX2, 4: SSE/NEON)."""
@@ -94,6 +96,7 @@ class QuantizedMatrix:
             raise ValueError("scales and biases must have the same shape")
         self.n, self.k, self.bits, self.group = n, k, bits, group
         self._call = gemm.library.fq_gemm
+        self._unpack = gemm.library.fq_dequantize
         self._pointers = (
             self.packed.ctypes.data,
             self.scales.ctypes.data,
@@ -118,3 +121,22 @@ class QuantizedMatrix:
         if status != 0:
             raise ValueError(f"no quantized product for x of shape {x.shape}")
         return y
+
+    def dequantize(self, begin: int, out: np.ndarray, *, threads: int = 1) -> np.ndarray:
+        """Rows ``begin : begin + len(out)`` of W as float32, written into ``out`` ([rows, k],
+        C-contiguous float32)."""
+        rows = out.shape[0]
+        if out.shape[1:] != (self.k,) or out.dtype != np.float32 or not out.flags.c_contiguous:
+            raise ValueError(f"out must be a C-contiguous float32 [rows, {self.k}] array")
+        if begin < 0 or begin + rows > self.n:
+            raise ValueError(f"rows {begin}:{begin + rows} are not within the {self.n} rows")
+        offset = begin * self.k * self.bits // 8  # bytes of packed weights before ``begin``
+        groups = self.k // self.group
+        status = self._unpack(
+            rows, self.k, self.bits, self.group,
+            self._pointers[0] + offset, self._pointers[1] + 4 * begin * groups,
+            self._pointers[2] + 4 * begin * groups, out.ctypes.data, threads,
+        )  # fmt: skip
+        if status != 0:
+            raise ValueError(f"no dequantization for {self.bits} bits in groups of {self.group}")
+        return out

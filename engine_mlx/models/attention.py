@@ -91,6 +91,12 @@ def numpy_softmax_attention(
     return (probs @ values).reshape(b, h, length, d)
 
 
+def verifying() -> bool:
+    """Inside a verification forward (``active`` with a tree): its rows must be computed as
+    plain decoding computes one, whatever their number."""
+    return getattr(_state, "tree", None) is not None
+
+
 def engine_forward_on_cpu() -> bool:
     """Inside the engine's forward (``active``), on the CPU backend."""
     return bool(getattr(_state, "active", False))

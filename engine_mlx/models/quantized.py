@@ -4,19 +4,24 @@ MLX's CPU kernel for ``quantized_matmul`` is a plain loop: a 4-bit Qwen2.5-0.5B 
 one 12-token timing in five minutes here. So on the CPU every affine-quantized linear layer
 (and a quantized embedding used as the tied output head) of a target is swapped for a subclass
 whose product leaves MLX's graph: the input is evaluated, multiplied by ``quant_gemm`` straight
-from MLX's own weight buffers (no copy), and the result goes back in as a new array.
+from MLX's own weight buffers (no copy), and the result goes back in as a new array. Gated
+MLPs become one step (``CpuQuantizedMLP``), and the target rotates queries and keys in numpy
+(``numpy_rope``): both were MLX dispatch more than arithmetic.
 
-Leaving the graph per layer costs a little (measured in ``scripts/bench_quant_product.py
---layers``), and it was chosen over an MLX C++ extension by that measurement: the extension
-would save only that cost, and would have to be built against the exact MLX headers of each
-install. Prefill goes the same way: the product takes any number of rows.
+Why not an MLX C++ extension: leaving the graph costs one extra evaluation (~20 us) at each of
+the ~75 points a one-token forward leaves it, about 1.5 ms of the 4-bit demo's 25 ms forward
+(2-core Xeon); an extension would save at most that, and would have to be compiled against
+the exact MLX headers of every install. Prefill goes the same way: the product takes any
+number of rows, and beat dequantizing to float32 for the BLAS (see the #49 note's numbers).
 
 ``FLASHCHAT_QUANT_ACTIVATIONS=float`` keeps activations float on machines whose build rounds
-them to int8 (AVX-512 VNNI), for measuring what the rounding changes.
+them to int8 (AVX-512 VNNI), for measuring what the rounding changes
+(``scripts/compare_quant_activations.py``).
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import os
 from typing import Any
@@ -29,9 +34,13 @@ from mlx.utils import tree_map_with_path
 from engine_mlx import blas
 from engine_mlx.cpu.quant_gemm import BITS, GROUPS, QuantGemm, QuantizedMatrix
 from engine_mlx.cpu.small_gemm import BuildError
+from engine_mlx.models import attention
 
 ACTIVATIONS_SWITCH = "FLASHCHAT_QUANT_ACTIVATIONS"
 THREADS = 64  # as many as the shared pool has (one per core)
+PREFILL_ROWS = 128  # from here the BLAS on dequantized weights is faster (2-core Xeon)
+BLAS_BLOCK = 2048  # weight rows dequantized at a time (7 MB at 896 columns)
+ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112  # CBLAS's enums
 
 
 @functools.cache
@@ -76,11 +85,45 @@ def _matrix(layer: nn.Module) -> QuantizedMatrix | None:
         return None
 
 
+@functools.cache
+def _sgemm() -> Any:
+    """The float32 product's ``cblas_sgemm`` (it hands products of many rows to the BLAS
+    chosen for this machine), or None without it."""
+    small = blas.small_gemm()
+    if small is None:
+        return None
+    sgemm = small.library.cblas_sgemm
+    sgemm.restype = None
+    matrix = (ctypes.c_void_p, ctypes.c_int)  # a pointer and its leading dimension
+    scalar = (ctypes.c_float,)
+    sgemm.argtypes = [*(ctypes.c_int,) * 6, *scalar, *matrix, *matrix, *scalar, *matrix]
+    return sgemm
+
+
+def multiply_rows(matrix: QuantizedMatrix, rows: np.ndarray, int8: bool) -> np.ndarray:
+    """``rows @ W^T``: the few-row product, or for prefill's many rows the weights
+    dequantized a block at a time for the BLAS (faster from ``PREFILL_ROWS`` rows). A
+    verification forward always takes the product, however large its tree: its rows must be
+    the bits plain decoding computes."""
+    sgemm = _sgemm()
+    if rows.shape[0] < PREFILL_ROWS or sgemm is None or attention.verifying():
+        return matrix.multiply(rows, threads=THREADS, int8=int8)
+    rows = np.ascontiguousarray(rows, dtype=np.float32)
+    m, n, k = rows.shape[0], matrix.n, matrix.k
+    y = np.empty((m, n), dtype=np.float32)
+    block = np.empty((min(BLAS_BLOCK, n), k), dtype=np.float32)
+    for begin in range(0, n, BLAS_BLOCK):
+        weights = matrix.dequantize(begin, block[: min(BLAS_BLOCK, n - begin)], threads=THREADS)
+        sgemm(ROW_MAJOR, NO_TRANS, TRANS, m, len(weights), k, 1.0, rows.ctypes.data, k,
+              weights.ctypes.data, k, 0.0, y.ctypes.data + 4 * begin, n)  # fmt: skip
+    return y
+
+
 def _multiply(
     matrix: QuantizedMatrix, x: mx.array, int8: bool, bias: np.ndarray | None = None
 ) -> mx.array:
     rows = np.asarray(x.reshape(-1, matrix.k))
-    y = matrix.multiply(rows, threads=THREADS, int8=int8)
+    y = multiply_rows(matrix, rows, int8)
     if bias is not None:
         y += bias
     return mx.array(y).reshape(*x.shape[:-1], matrix.n)
@@ -149,11 +192,11 @@ class CpuQuantizedMLP(nn.Module):
         if x.dtype != mx.float32 or not ours:  # e.g. a dequantized copy (an MTP head's)
             return down(nn.silu(gate(x)) * up(x))
         rows = np.asarray(x.reshape(-1, gate._matrix.k))
-        g = gate._matrix.multiply(rows, threads=THREADS, int8=gate._int8)
-        u = up._matrix.multiply(rows, threads=THREADS, int8=up._int8)
+        g = multiply_rows(gate._matrix, rows, gate._int8)
+        u = multiply_rows(up._matrix, rows, up._int8)
         with np.errstate(over="ignore", under="ignore"):  # saturated gates: silu -> -0 or g
             hidden = g / (1.0 + np.exp(-g)) * u
-        y = down._matrix.multiply(hidden, threads=THREADS, int8=down._int8)
+        y = multiply_rows(down._matrix, hidden, down._int8)
         return mx.array(y).reshape(*x.shape[:-1], down._matrix.n)
 
 

@@ -198,11 +198,11 @@ class TargetModel:
                     h = layer(h, layer_mask, layer_cache)
                     if lid in wanted:
                         captured[lid] = h
+                if last_only:
+                    h = h[:, -1:]
+                logits = self.head(self.inner.norm(h))  # inside: a verification's head too
         finally:
             self._positions.positions = None
-        if last_only:
-            h = h[:, -1:]
-        logits = self.head(self.inner.norm(h))
         return ForwardOutput(logits=logits, features=[captured[i] for i in capture])
 
     def _causal_mask(self, h: mx.array, cache: list[Any]) -> Any:

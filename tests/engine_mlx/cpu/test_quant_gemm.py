@@ -119,3 +119,21 @@ def test_the_other_builds_compute_the_same_products(march, lanes, int8):
         np.testing.assert_allclose(got, x @ dense.T, rtol=1e-4, atol=1e-4)
         one = build.multiply(x[:1], packed, scales, biases, bits=bits, group=32)
         assert np.array_equal(one[0], got[0])
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("group", [32, 64, 128])
+def test_dequantized_rows_are_mlxs(product, bits, group):
+    """Prefill multiplies by float32 rows of W through the BLAS: any run of rows, unpacked as
+    mx.dequantize does (within the rounding of one fused multiply-add)."""
+    rng = np.random.default_rng(bits + group)
+    packed, scales, biases, dense = _quantized(rng, 40, 256, bits, group)
+    matrix = product.matrix(packed, scales, biases, bits=bits, group=group)
+    every = matrix.dequantize(0, np.empty((40, 256), np.float32), threads=2)
+    np.testing.assert_allclose(every, dense, rtol=1e-6, atol=1e-6)
+    some = matrix.dequantize(13, np.empty((9, 256), np.float32))
+    np.testing.assert_array_equal(some, every[13:22])
+    with pytest.raises(ValueError, match="not within"):
+        matrix.dequantize(35, np.empty((9, 256), np.float32))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        matrix.dequantize(0, np.empty((256, 9), np.float32).T)

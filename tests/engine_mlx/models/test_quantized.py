@@ -16,7 +16,7 @@ from engine_mlx.config import GenerationConfig
 from engine_mlx.decoding.dflash_drafter import DFlashDrafter
 from engine_mlx.decoding.mtp_drafter import MTPDrafter
 from engine_mlx.decoding.sampling import SamplingParams
-from engine_mlx.models import quantized
+from engine_mlx.models import attention, quantized
 from engine_mlx.models.quantize import quantize_folder
 from engine_mlx.models.target import TargetModel
 from engine_mlx.session import Session
@@ -155,3 +155,32 @@ def test_the_4_bit_demo_with_float_activations_decodes_as_mlx_lm(qwen_4bit_dir, 
     model.set_dtype(mx.float32)
     steps = generate_step(mx.array(ids), model, max_tokens=24)
     assert list(ours) == [int(tok) for (tok, _), _ in zip(steps, range(24), strict=False)]
+
+
+def test_prefill_rows_go_through_the_blas_and_verification_rows_never():
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((300, 128)).astype(np.float32)
+    packed, scales, biases = (np.array(a) for a in mx.quantize(mx.array(w), group_size=64))
+    matrix = quantized.product().matrix(packed, scales, biases, bits=4, group=64)
+    dense = np.array(mx.dequantize(*(mx.array(a) for a in (packed, scales, biases))))
+    rows = rng.standard_normal((quantized.PREFILL_ROWS, 128)).astype(np.float32)
+    np.testing.assert_allclose(  # float activations, float weights: the BLAS's product
+        quantized.multiply_rows(matrix, rows, True), rows @ dense.T, rtol=1e-4, atol=1e-4
+    )
+    with attention.active(tree=mx.ones((2, 2), dtype=mx.bool_)):  # a verification forward
+        verified = quantized.multiply_rows(matrix, rows, True)
+    assert np.array_equal(verified, matrix.multiply(rows, int8=True))
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3_5"])
+def test_speculation_stays_lossless_when_prefill_goes_through_the_blas(
+    arch, quantized_target, monkeypatch
+):
+    """Prompts of 4 tokens and more prefill through the BLAS; verification trees of as many
+    rows must still take the product plain decoding takes."""
+    monkeypatch.setattr(quantized, "PREFILL_ROWS", 4)
+    target = quantized_target(arch, 4)
+    ids = target.tokenizer.encode(PROMPT)
+    plain = _tokens(Session(target), ids, max_tokens=24)
+    oracle = Session(target, OracleDrafter(target, block_size=6))
+    assert _tokens(oracle, ids, max_tokens=24, mode="dflash2", width=2) == plain
