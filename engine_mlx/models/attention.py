@@ -37,6 +37,7 @@ import numpy as np
 
 from engine_mlx.kernels import tree_attention
 from engine_mlx.kernels.launch import live_executor, record
+from engine_mlx.models import exact_attention
 
 MIN_SCORES = 9 * 512  # below this many scores per KV head group, the fused kernel is faster
 
@@ -124,6 +125,15 @@ def attend(queries: mx.array, keys: mx.array, values: mx.array, scale: float, ma
 
 def _dispatch(queries, keys, values, cache, scale, mask, sinks=None):
     tree = getattr(_state, "tree", None)
+    if (
+        getattr(_state, "exact", False)
+        and sinks is None
+        and not hasattr(cache, "bits")
+        and (tree is not None or queries.shape[2] <= exact_attention.EXACT_ROWS)
+    ):
+        out = exact_attention.attend(queries, keys, values, scale, mask)
+        if out is not None:
+            return out
     if tree is not None and queries.shape[2] == tree.shape[0]:  # a verification forward
         executor = _state.tree_executor
         usable = (
@@ -165,22 +175,25 @@ class active:
     """Context manager: the engine's forward is running on this thread (``tree``: a
     verification forward's ancestor mask, for the tree-verify kernel)."""
 
-    def __init__(self, tree: mx.array | None = None) -> None:
+    def __init__(self, tree: mx.array | None = None, exact: bool = False) -> None:
         self.tree = tree
+        self.exact = exact  # decoding and verification rows row by row (exact_attention)
 
     def __enter__(self) -> None:
         self._previous = (
             getattr(_state, "active", False),
             getattr(_state, "tree", None),
             getattr(_state, "tree_executor", None),
+            getattr(_state, "exact", False),
         )
         _state.active = numpy_path_available()
         _state.tree = self.tree
+        _state.exact = self.exact
         # Resolved once per forward, not once per layer.
         _state.tree_executor = live_executor() if self.tree is not None else None
 
     def __exit__(self, *exc: object) -> None:
-        _state.active, _state.tree, _state.tree_executor = self._previous
+        _state.active, _state.tree, _state.tree_executor, _state.exact = self._previous
 
 
 def block_causal_mask(context: int, length: int) -> mx.array:

@@ -85,7 +85,11 @@ class TargetModel:
         self.model = model
         self.tokenizer = tokenizer
         self.spec = spec
-        self.quantized_layers = quantized.install(model)  # on the CPU: the engine's product
+        hybrid = any(getattr(layer, "is_linear", False) for layer in model.layers)
+        # On the CPU: the engine's product, with int8 activations where the decoding and
+        # verification rows agree to the bit (attention-only targets: exact_attention).
+        self.quantized_layers = quantized.install(model, int8=not hybrid)
+        self.exact_attention = quantized.rounds_activations(model)
         self.inner = model.model
         self.layers = list(model.layers)
         owner = getattr(model, "language_model", model)
@@ -192,7 +196,7 @@ class TargetModel:
         captured: dict[int, mx.array] = {}
         self._positions.positions = None if positions is None else positions.astype(mx.int32)
         try:
-            with attention.active(tree):
+            with attention.active(tree, exact=self.exact_attention):
                 for lid, (layer, layer_cache) in enumerate(zip(self.layers, cache, strict=True)):
                     layer_mask = ssm_mask if getattr(layer, "is_linear", False) else attn_mask
                     h = layer(h, layer_mask, layer_cache)

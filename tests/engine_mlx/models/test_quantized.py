@@ -184,3 +184,44 @@ def test_speculation_stays_lossless_when_prefill_goes_through_the_blas(
     plain = _tokens(Session(target), ids, max_tokens=24)
     oracle = Session(target, OracleDrafter(target, block_size=6))
     assert _tokens(oracle, ids, max_tokens=24, mode="dflash2", width=2) == plain
+
+
+def _verify_and_plain_logits(target: TargetModel, prompt: list[int], tokens: list[int]):
+    plain_cache = target.make_cache()
+    target.forward(mx.array(prompt), plain_cache)
+    plain = [np.array(target.forward(mx.array([t]), plain_cache).logits[0, -1]) for t in tokens]
+    cache = target.make_cache()
+    mx.eval(target.forward(mx.array(prompt), cache).logits)
+    rows, prefix = len(tokens), target.cache_length(cache)
+    tree = mx.array(np.tril(np.ones((rows, rows), bool)))
+    mask = mx.concatenate([mx.ones((rows, prefix), dtype=mx.bool_), tree], axis=1)
+    positions = mx.arange(prefix, prefix + rows)
+    out = target.forward(mx.array(tokens), cache, positions=positions, mask=mask, tree=tree)
+    return np.array(out.logits[0]), np.stack(plain)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
+def test_verification_computes_plain_decodings_bits(arch, quantized_target):
+    """With activations rounded to int8, any last-bit difference becomes a different token:
+    a verification's logits must be plain decoding's exactly (exact_attention)."""
+    target = quantized_target(arch, 4)
+    assert target.exact_attention == quantized.int8_activations()
+    ids = target.tokenizer.encode(PROMPT)
+    verified, plain = _verify_and_plain_logits(target, ids, [5, 9, 13, 21, 34, 55])
+    assert np.array_equal(verified, plain)
+
+
+def test_a_hybrid_target_keeps_float_activations(quantized_target):
+    """Its recurrent layers replay accepted drafts in one pass: not row by row, so int8
+    rounding is left off there."""
+    target = quantized_target("qwen3_5", 4)
+    assert target.quantized_layers > 0
+    assert not quantized.rounds_activations(target.model) and not target.exact_attention
+
+
+@pytest.mark.slow
+def test_the_4_bit_demo_verifies_with_plain_decodings_bits(qwen_4bit_dir):
+    target = TargetModel.load(qwen_4bit_dir)
+    prompt = list(range(100, 147))
+    verified, plain = _verify_and_plain_logits(target, prompt, [1000, 2000, 3000, 4000, 5000])
+    assert np.array_equal(verified, plain)

@@ -1,0 +1,71 @@
+"""Load the row-by-row attention (``exact_attention.c``): a token's attention output has the
+same bits whether it is decoded alone or verified in a tree of drafts.
+
+Built like the other kernels (``small_gemm.library_path``: the system C compiler,
+``-march=native``, cached per machine), loaded privately. Stdlib and numpy only.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+import numpy as np
+
+from engine_mlx.cpu.small_gemm import library_path
+
+SOURCE = Path(__file__).with_name("exact_attention.c")
+
+
+class ExactAttention:
+    def __init__(self, march: str = "native") -> None:
+        self.library = ctypes.CDLL(str(library_path(march, SOURCE)), mode=ctypes.RTLD_LOCAL)
+        self.library.ea_vector_width.restype = ctypes.c_int
+        self.library.ea_attend.restype = ctypes.c_int
+        self.library.ea_attend.argtypes = [
+            *(ctypes.c_int,) * 4, *(ctypes.c_void_p,) * 3, ctypes.c_long,
+            *(ctypes.c_void_p,) * 2, ctypes.c_float, ctypes.c_void_p,
+        ]  # fmt: skip
+
+    def vector_width(self) -> int:
+        return self.library.ea_vector_width()
+
+    def takes(self, head_dim: int) -> bool:
+        return head_dim % self.vector_width() == 0 and head_dim <= 512
+
+    def attend(
+        self,
+        queries: np.ndarray,
+        keys: np.ndarray,
+        values: np.ndarray,
+        allowed: list[np.ndarray],
+        scale: float,
+    ) -> np.ndarray:
+        """``queries`` [rows, heads, d]; ``keys``/``values`` [kv_heads, slots, d] (a strided
+        view of a cache is fine: slots must be rows of d floats); ``allowed[r]``: the cache
+        slots row r attends to, ascending (its positions in order). -> [rows, heads, d]."""
+        q = np.ascontiguousarray(queries, dtype=np.float32)
+        rows, heads, d = q.shape
+        k, v = (self._cache_view(a, d) for a in (keys, values))
+        if k.strides != v.strides:
+            v = np.ascontiguousarray(v)
+            k = np.ascontiguousarray(k)
+        starts = np.zeros(rows + 1, dtype=np.int32)
+        starts[1:] = np.cumsum([len(a) for a in allowed])
+        idx = np.ascontiguousarray(np.concatenate(allowed) if allowed else [], dtype=np.int32)
+        out = np.empty_like(q)
+        status = self.library.ea_attend(
+            rows, heads, k.shape[0], d, q.ctypes.data, k.ctypes.data, v.ctypes.data,
+            k.strides[0] // 4, idx.ctypes.data, starts.ctypes.data, scale, out.ctypes.data,
+        )  # fmt: skip
+        if status == -2:
+            raise MemoryError("no memory for the attention's scores")
+        if status != 0:
+            raise ValueError(f"no exact attention for heads of {d}")
+        return out
+
+    @staticmethod
+    def _cache_view(a: np.ndarray, d: int) -> np.ndarray:
+        if a.dtype != np.float32 or a.strides[1:] != (4 * d, 4) or a.strides[0] % 4:
+            a = np.ascontiguousarray(a, dtype=np.float32)
+        return a
