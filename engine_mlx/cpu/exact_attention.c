@@ -71,22 +71,70 @@ static void exp_in_place(float *x, int n) {
   for (; i < n; i++) x[i] = expf(x[i] < -87.0f ? -87.0f : x[i]);
 }
 
+/* The lane sums of VW vectors, as one vector (lane l: the sum of vector l's lanes), each by a
+ * fixed tree of additions over its own vector's lanes only: a key's score does not depend on
+ * the keys beside it. */
+static inline vf lane_sums(vf *v) {
+#if VW == 16
+  __m512 t[8], u[4];
+  for (int i = 0; i < 8; i++) {
+    const __m512 a = (__m512)v[2 * i], b = (__m512)v[2 * i + 1];
+    t[i] = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+  }
+  for (int i = 0; i < 4; i++)
+    u[i] = _mm512_add_ps(_mm512_shuffle_ps(t[2 * i], t[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_ps(t[2 * i], t[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 x0 = _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], 0x88),
+                                  _mm512_shuffle_f32x4(u[0], u[1], 0xDD));
+  const __m512 x1 = _mm512_add_ps(_mm512_shuffle_f32x4(u[2], u[3], 0x88),
+                                  _mm512_shuffle_f32x4(u[2], u[3], 0xDD));
+  return (vf)_mm512_add_ps(_mm512_shuffle_f32x4(x0, x1, 0x88), _mm512_shuffle_f32x4(x0, x1, 0xDD));
+#else
+  float lanes[VW][VW], out[VW];
+  memcpy(lanes, v, sizeof(lanes));
+  for (int l = 0; l < VW; l++) {
+    for (int width = VW / 2; width >= 1; width /= 2)
+      for (int i = 0; i < width; i++) lanes[l][i] += lanes[l][i + width];
+    out[l] = lanes[l][0];
+  }
+  vf sums;
+  memcpy(&sums, out, sizeof(sums));
+  return sums;
+#endif
+}
+
 /* One row, one head: scores over the row's keys, softmax, weighted sum of values. */
 static void attend_one(int d, const float *q, const float *k, const float *v, const int *idx,
                        int count, float scale, float *scores, float *out) {
-  float top = -INFINITY;
-  for (int j = 0; j < count; j++) {
-    const float *key = k + (size_t)idx[j] * d;
-    vf acc = (vf){0};
-    for (int c = 0; c < d; c += VW) acc += load(q + c) * load(key + c);
-    scores[j] = reduce(acc) * scale;
-    if (scores[j] > top) top = scores[j];
+  int j = 0;
+  for (; j + VW <= count; j += VW) { /* VW keys at a time, their dot products side by side */
+    vf acc[VW];
+    for (int l = 0; l < VW; l++) {
+      const float *key = k + (size_t)idx[j + l] * d;
+      acc[l] = (vf){0};
+      for (int c = 0; c < d; c += VW) acc[l] += load(q + c) * load(key + c);
+    }
+    const vf block = lane_sums(acc) * scale;
+    memcpy(scores + j, &block, sizeof(block));
   }
+  if (j < count) { /* the last keys as a block too, the missing ones zero */
+    vf acc[VW];
+    for (int l = 0; l < VW; l++) {
+      acc[l] = (vf){0};
+      if (j + l >= count) continue;
+      const float *key = k + (size_t)idx[j + l] * d;
+      for (int c = 0; c < d; c += VW) acc[l] += load(q + c) * load(key + c);
+    }
+    const vf block = lane_sums(acc) * scale;
+    memcpy(scores + j, &block, sizeof(float) * (size_t)(count - j));
+  }
+  float top = -INFINITY;
+  for (j = 0; j < count; j++)
+    if (scores[j] > top) top = scores[j];
   for (int j = 0; j < count; j++) scores[j] -= top;
   exp_in_place(scores, count);
   vf sums = (vf){0};
-  int j = 0;
-  for (; j + VW <= count; j += VW) sums += load(scores + j);
+  for (j = 0; j + VW <= count; j += VW) sums += load(scores + j);
   float total = reduce(sums);
   for (; j < count; j++) total += scores[j];
   const float inverse = 1.0f / total;
@@ -106,23 +154,60 @@ static void attend_one(int d, const float *q, const float *k, const float *v, co
 
 int ea_vector_width(void) { return VW; }
 
-/* 0 on success; -1 for a head size this cannot take, -2 out of memory. */
+/* The pool that runs the parts (small_gemm.c's fc_parallel), or none: one thread. */
+typedef void (*part_fn)(const void *ctx, int index, int parts);
+typedef void (*parallel_fn)(part_fn fn, const void *ctx, int parts);
+static parallel_fn parallel;
+
+void ea_set_pool(parallel_fn fn) { parallel = fn; }
+
+typedef struct {
+  int rows, heads, kv_heads, d, longest;
+  const float *q, *k, *v;
+  long head_stride;
+  const int *idx, *starts;
+  float scale;
+  float *out;
+  int failed;
+} job;
+
+/* The (row, head) pairs of part ``index`` of ``parts``, each with its own scores buffer. */
+static void attend_part(const void *ctx, int index, int parts) {
+  job *w = (job *)ctx;
+  const int pairs = w->rows * w->heads, group = w->heads / w->kv_heads;
+  const int begin = (int)((long)pairs * index / parts), end = (int)((long)pairs * (index + 1) / parts);
+  float *scores = malloc(sizeof(float) * (size_t)(w->longest > 0 ? w->longest : 1));
+  if (!scores) {
+    w->failed = 1;
+    return;
+  }
+  for (int pair = begin; pair < end; pair++) {
+    const int r = pair / w->heads, h = pair % w->heads;
+    const size_t kv = (size_t)(h / group) * (size_t)w->head_stride;
+    attend_one(w->d, w->q + ((size_t)r * w->heads + h) * w->d, w->k + kv, w->v + kv,
+               w->idx + w->starts[r], w->starts[r + 1] - w->starts[r], w->scale, scores,
+               w->out + ((size_t)r * w->heads + h) * w->d);
+  }
+  free(scores);
+}
+
+/* 0 on success; -1 for a head size this cannot take, -2 out of memory. Rows and heads are
+ * shared among ``threads`` (each pair computed whole by one thread: the bits do not change). */
 int ea_attend(int rows, int heads, int kv_heads, int d, const float *q, const float *k,
               const float *v, long head_stride, const int *idx, const int *starts, float scale,
-              float *out) {
+              float *out, int threads) {
   if (d % VW != 0 || d > 512 || kv_heads < 1 || heads % kv_heads != 0) return -1;
   int longest = 0;
-  for (int r = 0; r < rows; r++)
-    if (starts[r + 1] - starts[r] > longest) longest = starts[r + 1] - starts[r];
-  float *scores = malloc(sizeof(float) * (size_t)(longest > 0 ? longest : 1));
-  if (!scores) return -2;
-  const int group = heads / kv_heads;
-  for (int r = 0; r < rows; r++)
-    for (int h = 0; h < heads; h++) {
-      const size_t kv = (size_t)(h / group) * (size_t)head_stride;
-      attend_one(d, q + ((size_t)r * heads + h) * d, k + kv, v + kv, idx + starts[r],
-                 starts[r + 1] - starts[r], scale, scores, out + ((size_t)r * heads + h) * d);
-    }
-  free(scores);
-  return 0;
+  long work = 0;
+  for (int r = 0; r < rows; r++) {
+    const int count = starts[r + 1] - starts[r];
+    if (count > longest) longest = count;
+    work += (long)count * heads * d;
+  }
+  job w = {rows, heads, kv_heads, d, longest, q, k, v, head_stride, idx, starts, scale, out, 0};
+  if (parallel && threads > 1 && work >= 65536)
+    parallel(attend_part, &w, threads);
+  else
+    attend_part(&w, 0, 1);
+  return w.failed ? -2 : 0;
 }

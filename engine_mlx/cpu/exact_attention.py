@@ -24,8 +24,13 @@ class ExactAttention:
         self.library.ea_attend.restype = ctypes.c_int
         self.library.ea_attend.argtypes = [
             *(ctypes.c_int,) * 4, *(ctypes.c_void_p,) * 3, ctypes.c_long,
-            *(ctypes.c_void_p,) * 2, ctypes.c_float, ctypes.c_void_p,
+            *(ctypes.c_void_p,) * 2, ctypes.c_float, ctypes.c_void_p, ctypes.c_int,
         ]  # fmt: skip
+        self.library.ea_set_pool.argtypes = [ctypes.c_void_p]
+
+    def use_pool(self, small_gemm: ctypes.CDLL) -> None:
+        """Run on the float32 product's worker threads (its ``fc_parallel``)."""
+        self.library.ea_set_pool(ctypes.cast(small_gemm.fc_parallel, ctypes.c_void_p))
 
     def vector_width(self) -> int:
         return self.library.ea_vector_width()
@@ -40,6 +45,7 @@ class ExactAttention:
         values: np.ndarray,
         allowed: list[np.ndarray],
         scale: float,
+        threads: int = 1,
     ) -> np.ndarray:
         """``queries`` [rows, heads, d]; ``keys``/``values`` [kv_heads, slots, d] (a strided
         view of a cache is fine: slots must be rows of d floats); ``allowed[r]``: the cache
@@ -57,6 +63,7 @@ class ExactAttention:
         status = self.library.ea_attend(
             rows, heads, k.shape[0], d, q.ctypes.data, k.ctypes.data, v.ctypes.data,
             k.strides[0] // 4, idx.ctypes.data, starts.ctypes.data, scale, out.ctypes.data,
+            threads,
         )  # fmt: skip
         if status == -2:
             raise MemoryError("no memory for the attention's scores")

@@ -18,18 +18,25 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
+from engine_mlx import blas
 from engine_mlx.cpu.exact_attention import ExactAttention
 from engine_mlx.cpu.small_gemm import BuildError
 
+THREADS = 64  # as many as the shared pool has
 EXACT_ROWS = 65  # a hybrid target's replay of an accepted block (64 drafts + its root) at most
 
 
 @functools.cache
 def kernel() -> ExactAttention | None:
+    """The compiled kernel, on the float32 product's threads; None where it cannot build."""
     try:
-        return ExactAttention()
+        exact = ExactAttention()
     except (BuildError, OSError):
         return None
+    small = blas.small_gemm()
+    if small is not None:
+        exact.use_pool(small.library)
+    return exact
 
 
 def allowed_keys(mask: Any, rows: int, slots: int) -> list[np.ndarray] | None:
@@ -62,5 +69,5 @@ def attend(queries: mx.array, keys: mx.array, values: mx.array, scale: float, ma
     if allowed is None:
         return None
     q = np.asarray(queries)[0].transpose(1, 0, 2)
-    out = exact.attend(q, np.asarray(keys)[0], np.asarray(values)[0], allowed, scale)
+    out = exact.attend(q, np.asarray(keys)[0], np.asarray(values)[0], allowed, scale, THREADS)
     return mx.array(out.transpose(1, 0, 2)[None])

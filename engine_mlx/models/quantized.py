@@ -154,9 +154,7 @@ class CpuQuantizedLinear(nn.QuantizedLinear):
 class CpuQuantizedEmbedding(nn.QuantizedEmbedding):
     """``nn.QuantizedEmbedding`` whose ``as_linear`` (a tied output head) uses the product."""
 
-    def __init__(
-        self, layer: nn.QuantizedEmbedding, matrix: QuantizedMatrix, int8: bool
-    ) -> None:
+    def __init__(self, layer: nn.QuantizedEmbedding, matrix: QuantizedMatrix, int8: bool) -> None:
         nn.Module.__init__(self)
         self.group_size, self.bits, self.mode = layer.group_size, layer.bits, layer.mode
         self.num_embeddings, self.dims = layer.num_embeddings, layer.dims

@@ -54,3 +54,15 @@ def test_a_rows_bits_do_not_depend_on_where_its_keys_sit(exact):
     strided[:] = k
     again = exact.attend(q, strided, v, [np.arange(5), np.array(in_tree, np.int32)] * 3, 0.125)
     assert np.array_equal(again, tree)
+
+
+def test_threads_share_the_rows_without_changing_a_bit(exact):
+    from engine_mlx.models.exact_attention import kernel
+
+    pooled = kernel()
+    rng = np.random.default_rng(2)
+    q = rng.standard_normal((5, 14, 64)).astype(np.float32)
+    k, v = (rng.standard_normal((2, 700, 64)).astype(np.float32) for _ in range(2))
+    allowed = [np.arange(600 + r, dtype=np.int32) for r in range(5)]
+    alone = exact.attend(q, k, v, allowed, 0.125)
+    assert np.array_equal(pooled.attend(q, k, v, allowed, 0.125, threads=2), alone)
