@@ -18,33 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__AVX512F__)
-#define VW 16
-#elif defined(__AVX__)
-#define VW 8
-#else
-#define VW 4
-#endif
-
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
-
-typedef float vf __attribute__((vector_size(VW * sizeof(float)), aligned(4)));
-
-static inline vf load(const float *p) {
-  vf v;
-  memcpy(&v, p, sizeof(v));
-  return v;
-}
-
-static inline float reduce(vf v) {
-  float lanes[VW];
-  memcpy(lanes, &v, sizeof(lanes));
-  for (int width = VW / 2; width >= 1; width /= 2)
-    for (int i = 0; i < width; i++) lanes[i] += lanes[i + width];
-  return lanes[0];
-}
+#include "vectors.h"
 
 /* e^x for x <= 0, VW at a time where AVX-512 is there (2^n * a polynomial in the rest, about
  * 2 ulp); the scalar expf elsewhere. Either way the same function for every row. */
@@ -155,8 +129,6 @@ static void attend_one(int d, const float *q, const float *k, const float *v, co
 int ea_vector_width(void) { return VW; }
 
 /* The pool that runs the parts (small_gemm.c's fc_parallel), or none: one thread. */
-typedef void (*part_fn)(const void *ctx, int index, int parts);
-typedef void (*parallel_fn)(part_fn fn, const void *ctx, int parts);
 static parallel_fn parallel;
 
 void ea_set_pool(parallel_fn fn) { parallel = fn; }

@@ -36,25 +36,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__AVX512F__)
-#define VW 16
-#elif defined(__AVX__)
-#define VW 8
-#else
-#define VW 4
-#endif
-
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
+#include "vectors.h"
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
 #define INT8_DOTS 1
 #else
 #define INT8_DOTS 0
 #endif
-
-typedef float vf __attribute__((vector_size(VW * sizeof(float)), aligned(4)));
 
 typedef struct {
   int m, n, k, bits, group, int8;
@@ -73,8 +61,6 @@ typedef struct {
 } product;
 
 /* The pool that runs a product's parts (small_gemm.c's fc_parallel), or none: one thread. */
-typedef void (*part_fn)(const void *ctx, int index, int parts);
-typedef void (*parallel_fn)(part_fn fn, const void *ctx, int parts);
 static parallel_fn parallel;
 
 #define COLS 4 /* weight rows a thread's share is cut into (and a register tile's width) */
@@ -82,15 +68,6 @@ static parallel_fn parallel;
 /* Weight rows ahead to prefetch: the hardware prefetcher alone left a 2.7 MB matrix at half the
  * memory's speed (4864x896, 4 bits, 2-core Xeon: 0.15 -> 0.08 ms). */
 #define AHEAD 8
-
-/* The fixed reduction tree: halves added until one lane is left. */
-static inline float reduce(vf v) {
-  float lanes[VW];
-  memcpy(lanes, &v, sizeof(lanes));
-  for (int width = VW / 2; width >= 1; width /= 2)
-    for (int i = 0; i < width; i++) lanes[i] += lanes[i + width];
-  return lanes[0];
-}
 
 #if INT8_DOTS
 /* ---- int8 dot products (AVX-512 VNNI) ----
@@ -304,12 +281,6 @@ static inline vf widen(vb b) {
   memcpy(&v, lanes, sizeof(v));
   return v;
 #endif
-}
-
-static inline vf load(const float *p) {
-  vf v;
-  memcpy(&v, p, sizeof(v));
-  return v;
 }
 
 static inline vf splat(float s) { return (vf){0} + s; }

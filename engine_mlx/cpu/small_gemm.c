@@ -28,15 +28,7 @@
 #include <string.h>
 #include <time.h>
 
-#if defined(__AVX512F__)
-#define VW 16
-#elif defined(__AVX__)
-#define VW 8
-#else
-#define VW 4
-#endif
-
-typedef float vf __attribute__((vector_size(VW * sizeof(float)), aligned(4)));
+#include "vectors.h"
 
 #define FC_MAX_ROWS 32
 #define FC_MAX_THREADS 64
@@ -64,12 +56,6 @@ static sgemm_fn fallback_sgemm;
 static int max_rows = FC_MAX_ROWS;
 static atomic_long handled_calls, forwarded_calls;
 
-static inline vf load(const float *p) {
-  vf v;
-  memcpy(&v, p, sizeof(v));
-  return v;
-}
-
 /* Keeps a loaded vector in a register: without it the compiler folds the load into every
  * multiply-add that uses it, which doubles the loads of a register tile. */
 static inline vf in_register(vf v) {
@@ -77,15 +63,6 @@ static inline vf in_register(vf v) {
   __asm__("" : "+x"(v));
 #endif
   return v;
-}
-
-/* The fixed reduction tree: halves added until one lane is left. */
-static inline float reduce(vf v) {
-  float lanes[VW];
-  memcpy(lanes, &v, sizeof(lanes));
-  for (int width = VW / 2; width >= 1; width /= 2)
-    for (int i = 0; i < width; i++) lanes[i] += lanes[i + width];
-  return lanes[0];
 }
 
 static inline void store(float *c, float value, float alpha, float beta) {
@@ -215,7 +192,6 @@ static int threads = 0; /* 0: one per core available to the process */
 static atomic_uint generation;
 static atomic_int pending;
 /* The job in hand: part ``index`` of ``parts`` of it is ``job_fn(job_ctx, index, parts)``. */
-typedef void (*part_fn)(const void *ctx, int index, int parts);
 static part_fn job_fn;
 static const void *job_ctx;
 static int job_parts;

@@ -42,7 +42,14 @@ def library_path(march: str = "native", source: Path = SOURCE) -> Path:
     cc = compiler()
     flags = (*FLAGS, f"-march={march}")
     digest = hashlib.sha256()
-    parts = (source.read_bytes(), " ".join(flags).encode(), _identity(cc), cpu_signature())
+    headers = [h.read_bytes() for h in sorted(source.parent.glob("*.h"))]  # vectors.h
+    parts = (
+        source.read_bytes(),
+        *headers,
+        " ".join(flags).encode(),
+        _identity(cc),
+        cpu_signature(),
+    )
     for part in parts:
         part = part if isinstance(part, bytes) else part.encode()
         digest.update(part)
