@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 
 from engine_mlx.blas import status as blas_status
+from engine_mlx.cpu import quantized_product
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,6 @@ def _total_memory_bytes() -> int:
 
 
 def backend_info(dtype: mx.Dtype | None = None) -> BackendInfo:
-    from engine_mlx.models import quantized  # mlx.nn: only once a backend is described
 
     device = live_device()
     dt = dtype if dtype is not None else compute_dtype()
@@ -134,5 +134,5 @@ def backend_info(dtype: mx.Dtype | None = None) -> BackendInfo:
         blas=blas_status().describe(),
         blas_summary=blas_status().summary(),
         kernels=kernel_description(),
-        quantized=quantized.describe() if device == "cpu" else "",
+        quantized=quantized_product.describe() if device == "cpu" else "",
     )

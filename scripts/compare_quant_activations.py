@@ -20,14 +20,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import engine_mlx  # noqa: F401  (the BLAS before mlx is used)
 from engine_mlx.api import encode_prompt
 from engine_mlx.config import GenerationConfig
-from engine_mlx.models import quantized
+from engine_mlx.cpu import quantized_product
 from engine_mlx.models.target import TargetModel
 from engine_mlx.session import Session
 from engine_mlx.training.heldout import load_heldout
 
 
 def replies(model: Path, activations: str, max_tokens: int) -> dict[str, tuple[int, ...]]:
-    os.environ[quantized.ACTIVATIONS_SWITCH] = activations
+    os.environ[quantized_product.ACTIVATIONS_SWITCH] = activations
     target = TargetModel.load(model)
     session = Session(target)
     out = {}

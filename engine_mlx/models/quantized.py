@@ -12,11 +12,11 @@ MLPs become one step (``CpuQuantizedMLP``), and the target rotates queries and k
 Why not an MLX C++ extension: leaving the graph costs one extra evaluation (~20 us) at each of
 the ~75 points a one-token forward leaves it, about 1.5 ms of the 4-bit demo's 25 ms forward
 (2-core Xeon); an extension would save at most that, and would have to be compiled against
-the exact MLX headers of every install. Prefill goes the same way: the product takes any
-number of rows, and beat dequantizing to float32 for the BLAS (see the #49 note's numbers).
+the exact MLX headers of every install. Prefill's many rows (``PREFILL_ROWS``) go to the BLAS
+on weights dequantized a block at a time, which measured faster; a verification never does.
 
-``FLASHCHAT_QUANT_ACTIVATIONS=float`` keeps activations float on machines whose build rounds
-them to int8 (AVX-512 VNNI), for measuring what the rounding changes
+``FLASHCHAT_QUANT_ACTIVATIONS=float`` (``cpu/quantized_product``) keeps activations float where
+the build rounds them to int8 (AVX-512 VNNI), for measuring what the rounding changes
 (``scripts/compare_quant_activations.py``).
 """
 
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import os
 from typing import Any
 
 import mlx.core as mx
@@ -33,42 +32,14 @@ import numpy as np
 from mlx.utils import tree_map_with_path
 
 from engine_mlx import blas
-from engine_mlx.cpu.quant_gemm import BITS, GROUPS, QuantGemm, QuantizedMatrix
-from engine_mlx.cpu.small_gemm import BuildError
+from engine_mlx.cpu.quant_gemm import BITS, GROUPS, QuantizedMatrix
+from engine_mlx.cpu.quantized_product import int8_activations, product
 from engine_mlx.models import attention
 
-ACTIVATIONS_SWITCH = "FLASHCHAT_QUANT_ACTIVATIONS"
 THREADS = 64  # as many as the shared pool has (one per core)
 PREFILL_ROWS = 128  # from here the BLAS on dequantized weights is faster (2-core Xeon)
 BLAS_BLOCK = 2048  # weight rows dequantized at a time (7 MB at 896 columns)
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112  # CBLAS's enums
-
-
-@functools.cache
-def product() -> QuantGemm | None:
-    """The compiled product, on the float32 product's threads; None where it cannot build."""
-    try:
-        gemm = QuantGemm()
-    except (BuildError, OSError):
-        return None
-    small = blas.small_gemm()
-    if small is not None:
-        gemm.use_pool(small.library)
-    return gemm
-
-
-def int8_activations() -> bool:
-    """Whether products round activations to int8 here (see ``quant_gemm.c``)."""
-    gemm = product()
-    wanted = os.environ.get(ACTIVATIONS_SWITCH, "int8").strip().lower() != "float"
-    return bool(gemm is not None and gemm.int8_activations() and wanted)
-
-
-def describe() -> str:
-    """One phrase for ``info`` and the bench: how quantized layers are multiplied here."""
-    if product() is None:
-        return "MLX's own quantized kernels (the engine's product did not build)"
-    return "int8 activations (AVX-512 VNNI)" if int8_activations() else "float activations"
 
 
 def _matrix(layer: nn.Module) -> QuantizedMatrix | None:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from engine_mlx.cpu.quant_gemm import QuantGemm
-from engine_mlx.models.quantized import product as shared_product
+from engine_mlx.cpu.quantized_product import product as shared_product
 
 x86 = pytest.mark.skipif(platform.machine() != "x86_64", reason="x86-64 code paths")
 

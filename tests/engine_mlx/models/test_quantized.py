@@ -13,6 +13,7 @@ import pytest
 from mlx.utils import tree_flatten
 
 from engine_mlx.config import GenerationConfig
+from engine_mlx.cpu import quantized_product
 from engine_mlx.decoding.dflash_drafter import DFlashDrafter
 from engine_mlx.decoding.mtp_drafter import MTPDrafter
 from engine_mlx.decoding.sampling import SamplingParams
@@ -86,12 +87,12 @@ def test_every_quantized_layer_runs_on_the_engine_product(arch, quantized_dir):
     ours = np.array(target.forward(mx.array(ids), target.make_cache()).logits)[0]
     theirs = _mlx_lm_logits(folder, ids)
     scale = np.abs(theirs).max()
-    tolerance = 0.1 if quantized.int8_activations() else 1e-4  # x rounded to int8 per group
+    tolerance = 0.1 if quantized_product.int8_activations() else 1e-4  # x rounded to int8 per group
     assert np.abs(ours - theirs).max() <= tolerance * scale
 
 
 def test_float_activations_match_mlx_quantized_kernels_closely(quantized_dir, monkeypatch):
-    monkeypatch.setenv(quantized.ACTIVATIONS_SWITCH, "float")
+    monkeypatch.setenv(quantized_product.ACTIVATIONS_SWITCH, "float")
     folder = quantized_dir("qwen3", 8)
     target = TargetModel.load(folder)
     ids = target.tokenizer.encode(PROMPT)
@@ -144,7 +145,7 @@ def test_the_4_bit_demo_with_float_activations_decodes_as_mlx_lm(qwen_4bit_dir, 
 
     from engine_mlx.api import encode_prompt
 
-    monkeypatch.setenv(quantized.ACTIVATIONS_SWITCH, "float")
+    monkeypatch.setenv(quantized_product.ACTIVATIONS_SWITCH, "float")
     target = TargetModel.load(qwen_4bit_dir)
     ids = encode_prompt(
         target, "Write a Python function that checks whether a year is a leap year."
@@ -161,7 +162,7 @@ def test_prefill_rows_go_through_the_blas_and_verification_rows_never():
     rng = np.random.default_rng(0)
     w = rng.standard_normal((300, 128)).astype(np.float32)
     packed, scales, biases = (np.array(a) for a in mx.quantize(mx.array(w), group_size=64))
-    matrix = quantized.product().matrix(packed, scales, biases, bits=4, group=64)
+    matrix = quantized_product.product().matrix(packed, scales, biases, bits=4, group=64)
     dense = np.array(mx.dequantize(*(mx.array(a) for a in (packed, scales, biases))))
     rows = rng.standard_normal((quantized.PREFILL_ROWS, 128)).astype(np.float32)
     np.testing.assert_allclose(  # float activations, float weights: the BLAS's product
@@ -205,7 +206,7 @@ def test_verification_computes_plain_decodings_bits(arch, quantized_target):
     """With activations rounded to int8, any last-bit difference becomes a different token:
     a verification's logits must be plain decoding's exactly (exact_attention)."""
     target = quantized_target(arch, 4)
-    assert target.exact_attention == quantized.int8_activations()
+    assert target.exact_attention == quantized_product.int8_activations()
     ids = target.tokenizer.encode(PROMPT)
     verified, plain = _verify_and_plain_logits(target, ids, [5, 9, 13, 21, 34, 55])
     assert np.array_equal(verified, plain)
