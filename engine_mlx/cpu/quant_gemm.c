@@ -87,9 +87,12 @@ static inline float reduce_lanes(__m512 v) {
 static inline int chunk_weights(int bits) { return bits == 4 ? 128 : 64; }
 
 /* Per-lane copies of a chunk's per-group values, from its first group's entry ``v``. */
-static inline __m512 spread(const product *p, const float *v) {
+static inline __m512 spread(const product *p, const float *v, int available) {
+  /* Only the groups the row has: past its last one lies the next row, or unmapped memory whose
+   * NaN, times a zero dot product, is still NaN. */
+  const unsigned live = available < 16 ? p->scale_mask & ((1u << available) - 1) : p->scale_mask;
   return _mm512_permutexvar_ps(_mm512_loadu_si512(p->lane_group),
-                               _mm512_maskz_loadu_ps((__mmask16)p->scale_mask, v));
+                               _mm512_maskz_loadu_ps((__mmask16)live, v));
 }
 
 /* x's int8 view, row by row: each group's step, rounded values, exact sum and residual. */
@@ -133,7 +136,7 @@ static void quantize_row(const product *p, const float *x, int8_t *xq, float *xd
       memcpy(out, plain, 64);
     }
     const int first = begin / group;
-    _mm512_storeu_ps(xd + (size_t)c * 16, spread(p, steps + first));
+    _mm512_storeu_ps(xd + (size_t)c * 16, spread(p, steps + first, groups - first));
   }
   for (int g = 0; g < groups; g++) xres[g] = xsum[g] - steps[g] * (float)rounded[g];
 }
@@ -212,7 +215,7 @@ static inline float finish(const product *p, int bits, int row, int col, __m512 
         const __m512i packed = _mm512_maskz_loadu_epi8(bytes, w[j] + (size_t)c * 64);         \
         lo[j] = BITS == 4 ? _mm512_and_si512(packed, low) : packed;                           \
         hi[j] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low);                          \
-        scale[j] = spread(p, s[j] + first);                                                   \
+        scale[j] = spread(p, s[j] + first, groups - first);                                   \
       }                                                                                       \
       for (int r = 0; r < R; r++) {                                                           \
         const __m512i even = _mm512_loadu_si512(xr[r] + (size_t)c * 128);                    \

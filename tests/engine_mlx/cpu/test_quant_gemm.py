@@ -137,3 +137,18 @@ def test_dequantized_rows_are_mlxs(product, bits, group):
         matrix.dequantize(35, np.empty((9, 256), np.float32))
     with pytest.raises(ValueError, match="C-contiguous"):
         matrix.dequantize(0, np.empty((256, 9), np.float32).T)
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_a_row_shorter_than_a_chunk_reads_only_its_own_groups(product, bits):
+    """64 columns in groups of 32 fill half of a 4-bit chunk: the product must not read the
+    scales past the last row's two groups (here NaN, as unmapped memory may hold)."""
+    rng = np.random.default_rng(7)
+    packed, scales, biases, dense = _quantized(rng, 12, 64, bits, 32)
+    poisoned = np.full(scales.size + 32, np.nan, np.float32)
+    poisoned[: scales.size] = scales.ravel()
+    tail_scales = poisoned[: scales.size].reshape(scales.shape)  # NaN right after it
+    x = rng.standard_normal((3, 64)).astype(np.float32)
+    got = product.multiply(x, packed, tail_scales, biases, bits=bits, group=32)
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, x @ dense.T, rtol=0.05, atol=0.2)  # x rounded to int8
