@@ -85,10 +85,10 @@ class TargetModel:
         self.model = model
         self.tokenizer = tokenizer
         self.spec = spec
-        hybrid = any(getattr(layer, "is_linear", False) for layer in model.layers)
+        self.is_hybrid = any(getattr(layer, "is_linear", False) for layer in model.layers)
         # On the CPU: the engine's product, with int8 activations where the decoding and
         # verification rows agree to the bit (attention-only targets: exact_attention).
-        self.quantized_layers = quantized.install(model, int8=not hybrid)
+        self.quantized_layers = quantized.install(model, int8=not self.is_hybrid)
         self.exact_attention = quantized.rounds_activations(model)
         self.inner = model.model
         self.layers = list(model.layers)
@@ -100,12 +100,8 @@ class TargetModel:
             attn = getattr(layer, "self_attn", None)
             if attn is not None and not isinstance(attn.rope, PositionedRoPE):
                 attn.rope = PositionedRoPE(attn.rope, self._positions)
-        if self.quantized_layers:  # the graph is left at every product: rotate in numpy too
-            for layer in self.layers:
-                rope = getattr(getattr(layer, "self_attn", None), "rope", None)
-                if isinstance(rope, PositionedRoPE):
-                    rope.rotate_in_numpy()
-        self.is_hybrid = any(getattr(layer, "is_linear", False) for layer in self.layers)
+            if attn is not None and self.quantized_layers:  # the graph is left at every
+                attn.rope.rotate_in_numpy()  # product anyway: rotate in numpy too
         attention.install(
             {
                 type(layer.self_attn).__module__
