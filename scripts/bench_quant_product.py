@@ -5,8 +5,8 @@
 24 different 4864x896 weight matrices (Qwen2.5-0.5B's MLP shape; 418 MB as float32) are
 multiplied in turn, as a decoding forward streams its layers, with 1-16 rows of x; the 25th
 percentile of the per-matrix time. MLX's affine layout, groups of 64, two threads (the
-float32 product's pool for both). Quantized: with int8 activations (AVX-512 VNNI builds) and
-with float activations.
+float32 product's pool for both). Quantized: with int8 activations (AVX-512 VNNI and AVX2
+builds) and with float activations.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
     .venv/bin/python scripts/compare_quant_activations.py MODEL [--max-tokens 64]
 
-On AVX-512 VNNI machines the engine's quantized product rounds activations to int8 per group
+On AVX-512 VNNI and AVX2 machines the quantized product rounds activations to int8 per group
 (engine_mlx/cpu/quant_gemm.c); FLASHCHAT_QUANT_ACTIVATIONS=float keeps them float, which is
 MLX's own quantized arithmetic within float rounding. For each held-out prompt this prints how
 many leading tokens the two greedy replies share, and where they part, the two continuations.

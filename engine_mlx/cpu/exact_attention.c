@@ -20,8 +20,8 @@
 
 #include "vectors.h"
 
-/* e^x for x <= 0, VW at a time where AVX-512 is there (2^n * a polynomial in the rest, about
- * 2 ulp); the scalar expf elsewhere. Either way the same function for every row. */
+/* e^x for x <= 0, a vector at a time with AVX-512 or AVX2 (2^n * a polynomial in the rest,
+ * about 2 ulp); the scalar expf elsewhere. Either way the same function for every row. */
 static void exp_in_place(float *x, int n) {
   int i = 0;
 #if VW == 16
@@ -40,6 +40,27 @@ static void exp_in_place(float *x, int n) {
     p = _mm512_fmadd_ps(p, a, _mm512_set1_ps(5.0000001201e-1f));
     p = _mm512_fmadd_ps(p, _mm512_mul_ps(a, a), _mm512_add_ps(a, _mm512_set1_ps(1.0f)));
     _mm512_storeu_ps(x + i, _mm512_scalef_ps(p, m));
+  }
+#elif defined(__AVX2__) && defined(__FMA__)
+  const __m256 log2e = _mm256_set1_ps(1.44269504f), ln2_hi = _mm256_set1_ps(0.693359375f);
+  const __m256 ln2_lo = _mm256_set1_ps(-2.12194440e-4f), floor_ = _mm256_set1_ps(-87.0f);
+  for (; i + 8 <= n; i += 8) {
+    __m256 a = _mm256_max_ps(_mm256_loadu_ps(x + i), floor_);
+    const __m256 m = _mm256_round_ps(_mm256_mul_ps(a, log2e),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    a = _mm256_fnmadd_ps(m, ln2_hi, a);
+    a = _mm256_fnmadd_ps(m, ln2_lo, a);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, a, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, a, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, a, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, a, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, a, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(a, a), _mm256_add_ps(a, _mm256_set1_ps(1.0f)));
+    /* 2^m from its exponent bits: m >= -126 here (x >= -87), a normal number */
+    const __m256i two_m = _mm256_slli_epi32(
+        _mm256_add_epi32(_mm256_cvtps_epi32(m), _mm256_set1_epi32(127)), 23);
+    _mm256_storeu_ps(x + i, _mm256_mul_ps(p, _mm256_castsi256_ps(two_m)));
   }
 #endif
   for (; i < n; i++) x[i] = expf(x[i] < -87.0f ? -87.0f : x[i]);
@@ -63,6 +84,14 @@ static inline vf lane_sums(vf *v) {
   const __m512 x1 = _mm512_add_ps(_mm512_shuffle_f32x4(u[2], u[3], 0x88),
                                   _mm512_shuffle_f32x4(u[2], u[3], 0xDD));
   return (vf)_mm512_add_ps(_mm512_shuffle_f32x4(x0, x1, 0x88), _mm512_shuffle_f32x4(x0, x1, 0xDD));
+#elif VW == 8 && defined(__AVX__)
+  /* hadd sums neighbouring lanes of one vector: vector l's lanes (0+1, 2+3, ...) in t, then
+   * ((0+1)+(2+3)) and ((4+5)+(6+7)) of each in u's two halves, added last. */
+  __m256 t[4], u[2];
+  for (int i = 0; i < 4; i++) t[i] = _mm256_hadd_ps((__m256)v[2 * i], (__m256)v[2 * i + 1]);
+  for (int i = 0; i < 2; i++) u[i] = _mm256_hadd_ps(t[2 * i], t[2 * i + 1]);
+  return (vf)_mm256_add_ps(_mm256_permute2f128_ps(u[0], u[1], 0x20),
+                           _mm256_permute2f128_ps(u[0], u[1], 0x31));
 #else
   float lanes[VW][VW], out[VW];
   memcpy(lanes, v, sizeof(lanes));
@@ -89,7 +118,7 @@ static void attend_one(int d, const float *q, const float *k, const float *v, co
       for (int c = 0; c < d; c += VW) acc[l] += load(q + c) * load(key + c);
     }
     const vf block = lane_sums(acc) * scale;
-    memcpy(scores + j, &block, sizeof(block));
+    store_vector(scores + j, block);
   }
   if (j < count) { /* the last keys as a block too, the missing ones zero */
     vf acc[VW];
@@ -121,8 +150,7 @@ static void attend_one(int d, const float *q, const float *k, const float *v, co
     for (int c = 0; c < d / VW; c++) acc[c] += weight * load(value + c * VW);
   }
   for (int c = 0; c < d / VW; c++) {
-    const vf scaled = acc[c] * inverse;
-    memcpy(out + c * VW, &scaled, sizeof(scaled));
+    store_vector(out + c * VW, acc[c] * inverse);
   }
 }
 

@@ -10,17 +10,18 @@
  *
  * Two ways to multiply:
  *
- * - With AVX-512 VNNI (Intel since Ice Lake and Cascade Lake, AMD since Zen 4), x is quantized
- *   as llama.cpp quantizes activations: per row and group, int8 values and one float step
- *   d = max|x| / 127. Then sum_k q x ~ d * sum_k q * round(x / d) is one vpdpbusd per 64
- *   weights (unsigned weight bytes times signed activation bytes, summed into int32 lanes).
+ * - With AVX-512 VNNI (Intel since Ice Lake and Cascade Lake, AMD since Zen 4) or AVX2 (Intel
+ *   since Haswell, AMD since Zen), x is quantized as llama.cpp quantizes activations: per row
+ *   and group, int8 values and one float step d = max|x| / 127. Then
+ *   sum_k q x ~ d * sum_k q * round(x / d) is integer dot products of unsigned weight bytes
+ *   and signed activation bytes, summed into int32 lanes (vpdpbusd; vpmaddubsw + vpmaddwd).
  *   The rounding error is weighted by q, so the weights are centred first: with c the middle
  *   value (8 or 128), w = scale * (q - c) + (bias + c * scale), and since
  *   sum (q - c) round(x/d) = sum q round(x/d) - c * sum round(x/d), the same integer dots serve
  *   and the error is x's rounding weighted by |q - c|, half as large:
  *   |error| <= sum over groups of |scale| * d / 2 * sum |q - c| (tests/engine_mlx/cpu checks
  *   it). The bias term uses the exact float sum of x in the group.
- * - Elsewhere (AVX2, SSE, NEON), or when asked for, the weights are unpacked to floats and x
+ * - Elsewhere (SSE, NEON), or when asked for, the weights are unpacked to floats and x
  *   stays float: the product equals the dequantized weights' within float rounding.
  *
  * Either way every output element accumulates in the same order whatever m is and however the
@@ -40,6 +41,10 @@
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
 #define INT8_DOTS 1
+#define CHUNK 64 /* weight bytes per chunk: one 512-bit vector */
+#elif defined(__AVX2__)
+#define INT8_DOTS 1
+#define CHUNK 32 /* one 256-bit vector */
 #else
 #define INT8_DOTS 0
 #endif
@@ -52,110 +57,107 @@ typedef struct {
   const float *biases; /* [n, k / group] */
   float *y;            /* [m, n] */
   /* The int8 path's view of x (see quantize_rows). */
-  const int8_t *xq;  /* [m, chunks * 64 * (bits == 4 ? 2 : 1)] */
-  const float *xd;   /* [m, chunks * 16]: each lane's step d */
+  const int8_t *xq;  /* [m, chunks * 2 * CHUNK] */
+  const float *xd;   /* [m, chunks * LANES]: each lane's step d */
   const float *xsum; /* [m, k / group]: each group's exact sum */
   const float *xres; /* [m, k / group]: that sum less d times the sum of the rounded values */
-  int lane_group[16];    /* a chunk's lane l lies in its (lane_group[l])th group */
-  unsigned scale_mask;   /* the groups a chunk touches, as a load mask */
+  int lane_group[16]; /* a chunk's lane l lies in its (lane_group[l])th group */
+  int chunk_groups;   /* how many groups a chunk touches */
 } product;
 
 /* The pool that runs a product's parts (small_gemm.c's fc_parallel), or none: one thread. */
 static parallel_fn parallel;
 
 #define COLS 4 /* weight rows a thread's share is cut into (and a register tile's width) */
-#define ROWS 4 /* rows of x per register tile */
+#define ROWS 4 /* rows of x per register tile (AVX2's 16 registers too: measured best) */
 /* Weight rows ahead to prefetch: the hardware prefetcher alone left a 2.7 MB matrix at half the
  * memory's speed (4864x896, 4 bits, 2-core Xeon: 0.15 -> 0.08 ms). */
 #define AHEAD 8
 
 #if INT8_DOTS
-/* ---- int8 dot products (AVX-512 VNNI) ----
+/* ---- int8 dot products ----
  *
- * k is cut into chunks of 64 weight bytes: 128 weights at 4 bits, 64 at 8. A chunk's int32 lane
- * l sums the 4 bytes 4l..4l+3, so it holds 8 (4-bit) or 4 (8-bit) consecutive weights, all in
- * one group; a lane's float factor is its group's weight scale times x's step. At 4 bits byte b
- * holds weights 2b (low nibble) and 2b + 1 (high): x's chunk is stored as its 64 even-indexed
- * values, then its 64 odd-indexed ones, so both nibble vectors meet their activations. */
+ * k is cut into chunks of CHUNK weight bytes: 2 * CHUNK weights at 4 bits, CHUNK at 8. A chunk's
+ * int32 lane l sums the 4 bytes 4l..4l+3, so it holds 8 (4-bit) or 4 (8-bit) consecutive
+ * weights, all in one group; a lane's float factor is its group's weight scale times x's step.
+ * At 4 bits byte b holds weights 2b (low nibble) and 2b + 1 (high): x's chunk is stored as its
+ * CHUNK even-indexed values, then its CHUNK odd-indexed ones, so both nibble vectors meet their
+ * activations.
+ *
+ * - AVX-512 VNNI: one vpdpbusd (unsigned weight bytes times signed activation bytes, four
+ *   summed into each int32 lane) per nibble vector.
+ * - AVX2 (Intel since Haswell, AMD since Zen): vpmaddubsw sums pairs into int16 lanes, which
+ *   cannot overflow for nibbles (2 * 15 * 127, twice), then vpmaddwd by ones sums pairs of
+ *   those into int32. Bytes (8 bits) would overflow int16 (2 * 255 * 127), so they are split
+ *   into their two nibbles: sum q x = sum lo x + 16 sum hi x. */
+#define LANES (CHUNK / 4)
 
-static inline float reduce_lanes(__m512 v) {
-  vf lanes;
-  memcpy(&lanes, &v, sizeof(lanes));
-  return reduce(lanes);
-}
+static inline int chunk_weights(int bits) { return bits == 4 ? 2 * CHUNK : CHUNK; }
 
-static inline int chunk_weights(int bits) { return bits == 4 ? 128 : 64; }
-
-/* Per-lane copies of a chunk's per-group values, from its first group's entry ``v``. */
-static inline __m512 spread(const product *p, const float *v, int available) {
-  /* Only the groups the row has: past its last one lies the next row, or unmapped memory whose
-   * NaN, times a zero dot product, is still NaN. */
-  const unsigned live = available < 16 ? p->scale_mask & ((1u << available) - 1) : p->scale_mask;
-  return _mm512_permutexvar_ps(_mm512_loadu_si512(p->lane_group),
-                               _mm512_maskz_loadu_ps((__mmask16)live, v));
-}
-
-/* x's int8 view, row by row: each group's step, rounded values, exact sum and residual. */
+/* x's int8 view, row by row: each group's step, rounded values, exact sum and residual.
+ * Portable code, the same bits on every build that has the int8 path: round to nearest even
+ * (cvtss2si, as the vector conversion rounds), the group's sum by the fixed tree. */
 static void quantize_row(const product *p, const float *x, int8_t *xq, float *xd, float *xsum,
                          float *xres) {
   const int k = p->k, group = p->group, groups = k / group, per_chunk = chunk_weights(p->bits);
   const int chunks = (k + per_chunk - 1) / per_chunk;
-  int8_t plain[per_chunk];
+  int8_t plain[2 * CHUNK];
   float steps[groups];
-  int rounded[groups];
-  memset(rounded, 0, sizeof(rounded));
+  long rounded[groups];
   for (int g = 0; g < groups; g++) {
     const float *v = x + (size_t)g * group;
-    __m512 top = _mm512_setzero_ps(), sum = _mm512_setzero_ps();
-    for (int i = 0; i < group; i += 16) {
-      const __m512 a = _mm512_loadu_ps(v + i);
-      top = _mm512_max_ps(top, _mm512_abs_ps(a));
-      sum = _mm512_add_ps(sum, a);
-    }
-    const float amax = _mm512_reduce_max_ps(top);
-    steps[g] = amax / 127.0f;
-    xsum[g] = reduce_lanes(sum);
+    vf sum = {0};
+    float top = 0;
+    for (int i = 0; i < group; i += VW) sum += load(v + i);
+    for (int i = 0; i < group; i++) top = __builtin_fabsf(v[i]) > top ? __builtin_fabsf(v[i]) : top;
+    steps[g] = top / 127.0f;
+    xsum[g] = reduce(sum);
+    rounded[g] = 0;
   }
   for (int c = 0; c < chunks; c++) {
     const int begin = c * per_chunk, end = begin + per_chunk < k ? begin + per_chunk : k;
-    for (int i = begin; i < end; i += 16) {
+    for (int i = begin; i < end; i++) {
       const float d = steps[i / group];
-      const __m512 scaled = _mm512_mul_ps(_mm512_loadu_ps(x + i), _mm512_set1_ps(d ? 1.0f / d : 0));
-      const __m512i ints = _mm512_cvtps_epi32(scaled);
-      rounded[i / group] += _mm512_reduce_add_epi32(ints);
-      _mm_storeu_si128((__m128i *)(plain + i - begin), _mm512_cvtsepi32_epi8(ints));
+      long r = _mm_cvtss_si32(_mm_set_ss(x[i] * (d ? 1.0f / d : 0.0f)));
+      r = r > 127 ? 127 : r < -127 ? -127 : r;
+      rounded[i / group] += r;
+      plain[i - begin] = (int8_t)r;
     }
     memset(plain + (end - begin), 0, (size_t)(per_chunk - (end - begin)));
-    int8_t *out = xq + (size_t)c * 128;
+    int8_t *out = xq + (size_t)c * 2 * CHUNK;
     if (p->bits == 4) {
-      for (int b = 0; b < 64; b++) {
+      for (int b = 0; b < CHUNK; b++) {
         out[b] = plain[2 * b];
-        out[64 + b] = plain[2 * b + 1];
+        out[CHUNK + b] = plain[2 * b + 1];
       }
     } else {
-      memcpy(out, plain, 64);
+      memcpy(out, plain, CHUNK);
     }
     const int first = begin / group;
-    _mm512_storeu_ps(xd + (size_t)c * 16, spread(p, steps + first, groups - first));
+    for (int l = 0; l < LANES; l++) {
+      const int g = first + p->lane_group[l];
+      xd[(size_t)c * LANES + l] = g < groups ? steps[g] : 0.0f;
+    }
   }
   for (int g = 0; g < groups; g++) xres[g] = xsum[g] - steps[g] * (float)rounded[g];
 }
 
 /* x's int8 view for every row, in one block the caller frees; NULL when out of memory. */
 static char *quantize_rows(product *p) {
-  const int m = p->m, k = p->k, chunks = (k * p->bits / 8 + 63) / 64, groups = k / p->group;
-  const size_t xq_bytes = (size_t)m * chunks * 128, xd_floats = (size_t)m * chunks * 16;
+  const int m = p->m, k = p->k, chunks = (k * p->bits / 8 + CHUNK - 1) / CHUNK;
+  const int groups = k / p->group;
+  const size_t xq_bytes = (size_t)m * chunks * 2 * CHUNK, xd_floats = (size_t)m * chunks * LANES;
   char *scratch = malloc(xq_bytes + sizeof(float) * (xd_floats + 2 * (size_t)m * groups));
   if (!scratch) return NULL;
   int8_t *xq = (int8_t *)scratch;
   float *xd = (float *)(scratch + xq_bytes), *xsum = xd + xd_floats;
   float *xres = xsum + (size_t)m * groups;
-  const int per_chunk = chunk_weights(p->bits), per_lane = per_chunk / 16;
-  for (int l = 0; l < 16; l++) p->lane_group[l] = per_lane * l / p->group;
-  p->scale_mask = (1u << (per_chunk > p->group ? per_chunk / p->group : 1)) - 1;
+  const int per_chunk = chunk_weights(p->bits), per_lane = per_chunk / LANES;
+  for (int l = 0; l < LANES; l++) p->lane_group[l] = per_lane * l / p->group;
+  p->chunk_groups = per_chunk > p->group ? per_chunk / p->group : 1;
   for (int r = 0; r < m; r++)
-    quantize_row(p, p->x + (size_t)r * k, xq + (size_t)r * chunks * 128,
-                 xd + (size_t)r * chunks * 16, xsum + (size_t)r * groups,
+    quantize_row(p, p->x + (size_t)r * k, xq + (size_t)r * chunks * 2 * CHUNK,
+                 xd + (size_t)r * chunks * LANES, xsum + (size_t)r * groups,
                  xres + (size_t)r * groups);
   p->xq = xq;
   p->xd = xd;
@@ -164,32 +166,124 @@ static char *quantize_rows(product *p) {
   return scratch;
 }
 
+/* How many of a chunk's groups a row has from ``available`` on: past its last one lies the next
+ * row, or unmapped memory whose NaN, times a zero dot product, is still NaN. */
+static inline int live_groups(const product *p, int available) {
+  return available < p->chunk_groups ? available : p->chunk_groups;
+}
+
+#if CHUNK == 64
+typedef __m512 dots_f;
+typedef __m512i dots_i;
+#define F_ZERO _mm512_setzero_ps
+#define F_LOAD _mm512_loadu_ps
+#define F_MUL _mm512_mul_ps
+#define F_FMA _mm512_fmadd_ps
+#define I_TO_F _mm512_cvtepi32_ps
+#define I_LOAD(p) _mm512_loadu_si512((const void *)(p))
+
+/* Per-lane copies of a chunk's per-group values, from its first group's entry ``v``. */
+static inline __m512 spread(const product *p, const float *v, int available) {
+  const __mmask16 live = (__mmask16)((1u << live_groups(p, available)) - 1);
+  return _mm512_permutexvar_ps(_mm512_loadu_si512(p->lane_group), _mm512_maskz_loadu_ps(live, v));
+}
+
+static inline __mmask16 first_lanes(int n) { return n >= 16 ? 0xFFFF : (__mmask16)((1u << n) - 1); }
+#define MASKED_LOAD(n, v) _mm512_maskz_loadu_ps(first_lanes(n), v)
+#define F_SET1 _mm512_set1_ps
+static inline float f_sum(__m512 v) { return _mm512_reduce_add_ps(v); }
+
+/* A chunk's packed weight bytes (the last one may be short: its first ``bytes`` only). */
+static inline __m512i weight_bytes(const uint8_t *w, int bytes) {
+  return _mm512_maskz_loadu_epi8(bytes >= 64 ? ~0ull : ~0ull >> (64 - bytes), w);
+}
+static inline __m512i low_nibbles(__m512i v) { return _mm512_and_si512(v, _mm512_set1_epi8(0x0F)); }
+static inline __m512i high_nibbles(__m512i v) {
+  return _mm512_and_si512(_mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0F));
+}
+/* int32 lanes of sum q x over a chunk: nibbles lo/hi times activations even/odd (4 bits), or
+ * the bytes themselves (``lo``, unsplit) times x (8 bits). */
+static inline __m512i dot4(__m512i lo, __m512i hi, __m512i even, __m512i odd) {
+  return _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, even), hi, odd);
+}
+static inline __m512i dot8(__m512i bytes, __m512i unused, __m512i x) {
+  (void)unused;
+  return _mm512_dpbusd_epi32(_mm512_setzero_si512(), bytes, x);
+}
+#define SPLIT_BYTES 0 /* 8-bit weights go to dot8 whole */
+#else
+typedef __m256 dots_f;
+typedef __m256i dots_i;
+#define F_ZERO _mm256_setzero_ps
+#define F_LOAD _mm256_loadu_ps
+#define F_MUL _mm256_mul_ps
+#define F_FMA _mm256_fmadd_ps
+#define I_TO_F _mm256_cvtepi32_ps
+#define I_LOAD(p) _mm256_loadu_si256((const __m256i *)(p))
+
+static inline __m256i first_ints(int n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+static inline __m256 spread(const product *p, const float *v, int available) {
+  return _mm256_permutevar8x32_ps(_mm256_maskload_ps(v, first_ints(live_groups(p, available))),
+                                  _mm256_loadu_si256((const __m256i *)p->lane_group));
+}
+#define MASKED_LOAD(n, v) _mm256_maskload_ps(v, first_ints(n))
+#define F_SET1 _mm256_set1_ps
+static inline float f_sum(__m256 v) {
+  float lanes[8];
+  _mm256_storeu_ps(lanes, v);
+  for (int width = 4; width >= 1; width /= 2)
+    for (int i = 0; i < width; i++) lanes[i] += lanes[i + width];
+  return lanes[0];
+}
+
+/* Rows are k / 2 or k bytes, k a multiple of 32: a short last chunk is whole int32 words. */
+static inline __m256i weight_bytes(const uint8_t *w, int bytes) {
+  return _mm256_maskload_epi32((const int *)w, first_ints(bytes / 4));
+}
+static inline __m256i low_nibbles(__m256i v) { return _mm256_and_si256(v, _mm256_set1_epi8(0x0F)); }
+static inline __m256i high_nibbles(__m256i v) {
+  return _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0F));
+}
+static inline __m256i dot4(__m256i lo, __m256i hi, __m256i even, __m256i odd) {
+  const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(lo, even), _mm256_maddubs_epi16(hi, odd));
+  return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+}
+static inline __m256i dot8(__m256i lo, __m256i hi, __m256i x) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i low = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x), ones);
+  const __m256i high = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x), ones);
+  return _mm256_add_epi32(low, _mm256_slli_epi32(high, 4));
+}
+#define SPLIT_BYTES 1 /* 8-bit weights go to dot8 as their two nibbles */
+#endif
+
 /* One output from its accumulator: the bias term and the centring's correction (see the top of
  * the file) added lane-wise over the groups, then the lanes summed. Vector work throughout: a
  * scalar chain of one multiply-add per group cost more than the product itself. */
-static inline float finish(const product *p, int bits, int row, int col, __m512 total) {
+static inline float finish(const product *p, int bits, int row, int col, dots_f total) {
   const int groups = p->k / p->group;
   const float *b = p->biases + (size_t)col * groups, *s = p->scales + (size_t)col * groups;
   const float *sums = p->xsum + (size_t)row * groups, *res = p->xres + (size_t)row * groups;
-  const __m512 middle = _mm512_set1_ps(bits == 4 ? 8.0f : 128.0f);
-  for (int g = 0; g < groups; g += 16) {
-    const __mmask16 live = groups - g >= 16 ? 0xFFFF : (__mmask16)((1u << (groups - g)) - 1);
-    const __m512 correction = _mm512_mul_ps(_mm512_maskz_loadu_ps(live, s + g), middle);
-    total = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(live, b + g),
-                            _mm512_maskz_loadu_ps(live, sums + g), total);
-    total = _mm512_fmadd_ps(correction, _mm512_maskz_loadu_ps(live, res + g), total);
+  const dots_f middle = F_SET1(bits == 4 ? 8.0f : 128.0f);
+  for (int g = 0; g < groups; g += LANES) {
+    const int live = groups - g;
+    const dots_f correction = F_MUL(MASKED_LOAD(live, s + g), middle);
+    total = F_FMA(MASKED_LOAD(live, b + g), MASKED_LOAD(live, sums + g), total);
+    total = F_FMA(correction, MASKED_LOAD(live, res + g), total);
   }
-  return _mm512_reduce_add_ps(total);
+  return f_sum(total);
 }
 
-/* y[r0 : r0 + R, j0 : j0 + J]: the accumulators in registers, chunk by chunk. */
+/* y[r0 : r0 + R, j0 : j0 + J]: the accumulators in registers, chunk by chunk; each weight
+ * vector unpacked once and multiplied by the R rows' activations. */
 #define DOT_TILE(BITS, R, J) DOT_TILE_(BITS, R, J) /* COLS expanded first */
 #define DOT_TILE_(BITS, R, J)                                                                  \
   static void dot_tile_##BITS##_##R##_##J(const product *p, int r0, int j0) {                \
     const int groups = p->k / p->group, row_bytes = p->k * BITS / 8;                          \
-    const int chunks = (row_bytes + 63) / 64, tail = row_bytes - (chunks - 1) * 64;          \
+    const int chunks = (row_bytes + CHUNK - 1) / CHUNK, tail = row_bytes - (chunks - 1) * CHUNK; \
     const int shift = __builtin_ctz((unsigned)p->group);                                      \
-    const __m512i low = _mm512_set1_epi8(0x0F);                                               \
     const uint8_t *w[J];                                                                      \
     const float *s[J];                                                                        \
     for (int j = 0; j < J; j++) {                                                             \
@@ -199,33 +293,28 @@ static inline float finish(const product *p, int bits, int row, int col, __m512 
     const int8_t *xr[R];                                                                      \
     const float *dr[R];                                                                       \
     for (int r = 0; r < R; r++) {                                                             \
-      xr[r] = p->xq + (size_t)(r0 + r) * chunks * 128;                                        \
-      dr[r] = p->xd + (size_t)(r0 + r) * chunks * 16;                                         \
+      xr[r] = p->xq + (size_t)(r0 + r) * chunks * 2 * CHUNK;                                  \
+      dr[r] = p->xd + (size_t)(r0 + r) * chunks * LANES;                                      \
     }                                                                                         \
-    __m512 acc[R][J];                                                                         \
+    dots_f acc[R][J];                                                                         \
     for (int r = 0; r < R; r++)                                                               \
-      for (int j = 0; j < J; j++) acc[r][j] = _mm512_setzero_ps();                            \
+      for (int j = 0; j < J; j++) acc[r][j] = F_ZERO();                                       \
     for (int c = 0; c < chunks; c++) {                                                        \
-      const __mmask64 bytes = c < chunks - 1 ? ~0ull : ~0ull >> (64 - tail);                  \
+      const int bytes = c < chunks - 1 ? CHUNK : tail;                                        \
       const int first = (c * chunk_weights(BITS)) >> shift;                                   \
-      __m512i lo[J], hi[J];                                                                   \
-      __m512 scale[J];                                                                        \
       for (int j = 0; j < J; j++) {                                                           \
-        _mm_prefetch((const char *)(w[j] + (size_t)c * 64 + AHEAD * row_bytes), _MM_HINT_T0); \
-        const __m512i packed = _mm512_maskz_loadu_epi8(bytes, w[j] + (size_t)c * 64);         \
-        lo[j] = BITS == 4 ? _mm512_and_si512(packed, low) : packed;                           \
-        hi[j] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low);                          \
-        scale[j] = spread(p, s[j] + first, groups - first);                                   \
-      }                                                                                       \
-      for (int r = 0; r < R; r++) {                                                           \
-        const __m512i even = _mm512_loadu_si512(xr[r] + (size_t)c * 128);                    \
-        const __m512i odd = _mm512_loadu_si512(xr[r] + (size_t)c * 128 + 64);                \
-        const __m512 step = _mm512_loadu_ps(dr[r] + (size_t)c * 16);                          \
-        for (int j = 0; j < J; j++) {                                                         \
-          __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[j], even);             \
-          if (BITS == 4) dot = _mm512_dpbusd_epi32(dot, hi[j], odd);                          \
-          const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(dot), step);                      \
-          acc[r][j] = _mm512_fmadd_ps(f, scale[j], acc[r][j]);                                \
+        _mm_prefetch((const char *)(w[j] + (size_t)c * CHUNK + AHEAD * row_bytes), _MM_HINT_T0); \
+        const dots_i packed = weight_bytes(w[j] + (size_t)c * CHUNK, bytes);                  \
+        const int whole = BITS == 8 && !SPLIT_BYTES;                                          \
+        const dots_i lo = whole ? packed : low_nibbles(packed), hi = high_nibbles(packed);    \
+        const dots_f scale = spread(p, s[j] + first, groups - first);                         \
+        for (int r = 0; r < R; r++) {                                                         \
+          const int8_t *xc = xr[r] + (size_t)c * 2 * CHUNK;                                   \
+          const dots_i even = I_LOAD(xc);                                                     \
+          const dots_i dot = BITS == 4 ? dot4(lo, hi, even, I_LOAD(xc + CHUNK))               \
+                                       : dot8(lo, hi, even);                                  \
+          const dots_f f = F_MUL(I_TO_F(dot), F_LOAD(dr[r] + (size_t)c * LANES));             \
+          acc[r][j] = F_FMA(f, scale, acc[r][j]);                                             \
         }                                                                                     \
       }                                                                                       \
     }                                                                                         \
@@ -426,8 +515,7 @@ static void unpack_part(const void *ctx, int index, int parts) {
       const vf scale = splat(u->scales[(size_t)n * groups + g]);
       const vf bias = splat(u->biases[(size_t)n * groups + g]);
       for (int kk = g * u->group; kk < (g + 1) * u->group; kk += VW) {
-        const vf w = (u->bits == 4 ? nibbles(q + kk / 2) : bytes(q + kk)) * scale + bias;
-        memcpy(out + kk, &w, sizeof(w));
+        store_vector(out + kk, (u->bits == 4 ? nibbles(q + kk / 2) : bytes(q + kk)) * scale + bias);
       }
     }
   }
@@ -451,8 +539,15 @@ int fq_dequantize(int rows, int k, int bits, int group, const uint32_t *q, const
 
 int fq_vector_width(void) { return VW; }
 
-/* 1 when this build can round activations to int8 (the VNNI path), 0 when they stay float. */
-int fq_int8_activations(void) { return INT8_DOTS; }
+/* The width in bits of this build's int8 dot products (512: AVX-512 VNNI, 256: AVX2), 0 when
+ * activations stay float. */
+int fq_int8_activations(void) {
+#if INT8_DOTS
+  return CHUNK * 8;
+#else
+  return 0;
+#endif
+}
 
 void fq_set_pool(parallel_fn fn) { parallel = fn; }
 

@@ -38,8 +38,12 @@ class QuantGemm:
         return self.library.fq_vector_width()
 
     def int8_activations(self) -> bool:
-        """Whether this build can round x to int8 per group (AVX-512 VNNI builds)."""
+        """Whether this build can round x to int8 per group (AVX-512 VNNI and AVX2 builds)."""
         return bool(self.library.fq_int8_activations())
+
+    def int8_instructions(self) -> str:
+        """The instructions its int8 dot products use, or "" where activations stay float."""
+        return {512: "AVX-512 VNNI", 256: "AVX2"}.get(self.library.fq_int8_activations(), "")
 
     def use_pool(self, small_gemm: ctypes.CDLL) -> None:
         """Run on the float32 product's worker threads (its ``fc_parallel``)."""

@@ -37,6 +37,9 @@ def int8_activations() -> bool:
 
 def describe() -> str:
     """One phrase: how quantized layers are multiplied here."""
-    if product() is None:
+    gemm = product()
+    if gemm is None:
         return "MLX's own quantized kernels (the engine's product did not build)"
-    return "int8 activations (AVX-512 VNNI)" if int8_activations() else "float activations"
+    if int8_activations():
+        return f"int8 activations ({gemm.int8_instructions()})"
+    return "float activations"

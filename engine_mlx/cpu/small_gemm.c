@@ -105,7 +105,7 @@ static inline void reduce_many(const vf *acc, int count, float *out) {
     for (int q = 0; q < 4; q++) l2[q] = HALVES(l1[2 * q], l1[2 * q + 1], L2A, L2B);
     for (int q = 0; q < 2; q++) l3[q] = HALVES(l2[2 * q], l2[2 * q + 1], L3A, L3B);
     const vf l4 = HALVES(l3[0], l3[1], L4A, L4B);
-    memcpy(out + i, &l4, sizeof(l4));
+    store_vector(out + i, l4);
   }
   for (; i < count; i++) out[i] = reduce(acc[i]);
 #else
@@ -223,7 +223,7 @@ static double seconds(void) {
 
 /* Spin for the next product for this long before sleeping: the products of one forward come
  * tens of microseconds apart, and waking a sleeping thread costs about as much. */
-#define SPIN_SECONDS 100e-6
+#define SPIN_SECONDS 1e-3
 
 /* The cores the process may use, read when the library is loaded: the engine then pins its
  * decoding thread (and so MLX's stream thread) to one core, but the workers must spread out. */

@@ -9,14 +9,16 @@ from MLX's own weight buffers (no copy), and the result goes back in as a new ar
 MLPs become one step (``CpuQuantizedMLP``), and the target rotates queries and keys in numpy
 (``numpy_rope``): both were MLX dispatch more than arithmetic.
 
-Why not an MLX C++ extension: leaving the graph costs one extra evaluation (~20 us) at each of
-the ~75 points a one-token forward leaves it, about 1.5 ms of the 4-bit demo's 25 ms forward
-(2-core Xeon); an extension would save at most that, and would have to be compiled against
-the exact MLX headers of every install. Prefill's many rows (``PREFILL_ROWS``) go to the BLAS
-on weights dequantized a block at a time, which measured faster; a verification never does.
+Why not an MLX C++ extension: leaving the graph costs one evaluation at each point a forward
+leaves it (~20 us on the 2-core Xeon, 80-100 us on the 2-core EPYC VM); decoding and
+verification rows of the usual dense layers therefore skip MLX's graph altogether
+(``numpy_layers``), which an extension could not beat, and an extension would have to be
+compiled against the exact MLX headers of every install. Prefill's many rows
+(``PREFILL_ROWS``) go to the BLAS on weights dequantized a block at a time, which measured
+faster; a verification never does.
 
 ``FLASHCHAT_QUANT_ACTIVATIONS=float`` (``cpu/quantized_product``) keeps activations float where
-the build rounds them to int8 (AVX-512 VNNI), for measuring what the rounding changes
+the build rounds them to int8 (AVX-512 VNNI or AVX2), for measuring what the rounding changes
 (``scripts/compare_quant_activations.py``).
 """
 
@@ -158,17 +160,25 @@ class CpuQuantizedMLP(nn.Module):
         super().__init__()
         self.gate_proj, self.up_proj, self.down_proj = mlp.gate_proj, mlp.up_proj, mlp.down_proj
 
-    def __call__(self, x: mx.array) -> mx.array:
+    def numpy_ready(self) -> bool:
+        """Whether all three products are the engine's (not, e.g., a dequantized copy's)."""
+        parts = (self.gate_proj, self.up_proj, self.down_proj)
+        return all(isinstance(part, CpuQuantizedLinear) for part in parts)
+
+    def numpy_forward(self, rows: np.ndarray) -> np.ndarray:
+        """The MLP of ``rows`` [L, in] as numpy, [L, out]."""
         gate, up, down = self.gate_proj, self.up_proj, self.down_proj
-        ours = all(isinstance(part, CpuQuantizedLinear) for part in (gate, up, down))
-        if x.dtype != mx.float32 or not ours:  # e.g. a dequantized copy (an MTP head's)
-            return down(nn.silu(gate(x)) * up(x))
-        rows = np.asarray(x.reshape(-1, gate._matrix.k))
         g = multiply_rows(gate._matrix, rows, gate._int8)
         u = multiply_rows(up._matrix, rows, up._int8)
         with np.errstate(over="ignore", under="ignore"):  # saturated gates: silu -> -0 or g
             hidden = g / (1.0 + np.exp(-g)) * u
-        y = multiply_rows(down._matrix, hidden, down._int8)
+        return multiply_rows(down._matrix, hidden, down._int8)
+
+    def __call__(self, x: mx.array) -> mx.array:
+        gate, up, down = self.gate_proj, self.up_proj, self.down_proj
+        if x.dtype != mx.float32 or not self.numpy_ready():  # e.g. an MTP head's copy
+            return down(nn.silu(gate(x)) * up(x))
+        y = self.numpy_forward(np.asarray(x.reshape(-1, gate._matrix.k)))
         return mx.array(y).reshape(*x.shape[:-1], down._matrix.n)
 
 

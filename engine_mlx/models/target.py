@@ -24,7 +24,7 @@ from mlx_lm.models.cache import ArraysCache, KVCache, make_prompt_cache
 from engine_mlx.backend import compute_dtype
 from engine_mlx.errors import ModelLoadError
 from engine_mlx.kernels import kv_compact
-from engine_mlx.models import attention, quantized, swiglu
+from engine_mlx.models import attention, exact_attention, numpy_layers, quantized, swiglu
 from engine_mlx.models.loading import ModelSpec, validate_model_folder
 from engine_mlx.models.numpy_rope import NumpyRoPE
 from engine_mlx.thinking import thinking_markers
@@ -110,6 +110,8 @@ class TargetModel:
             }
         )
         swiglu.install({type(lyr.mlp).__module__ for lyr in self.layers if hasattr(lyr, "mlp")})
+        # Decoding and verification rows of such a target: its layers over numpy arrays.
+        self._numpy_layers = numpy_layers.numpy_layers(model) if self.exact_attention else None
         self.dtype = self.inner.norm.weight.dtype  # the compute dtype, quantized or not
         self.thinking = thinking_markers(tokenizer)  # None: a model that does not think
 
@@ -191,19 +193,66 @@ class TargetModel:
         wanted = set(capture)
         captured: dict[int, mx.array] = {}
         self._positions.positions = None if positions is None else positions.astype(mx.int32)
+        allowed = self._numpy_rows(h, cache, attn_mask, tree is not None)
         try:
             with attention.active(tree, exact=self.exact_attention):
-                for lid, (layer, layer_cache) in enumerate(zip(self.layers, cache, strict=True)):
-                    layer_mask = ssm_mask if getattr(layer, "is_linear", False) else attn_mask
-                    h = layer(h, layer_mask, layer_cache)
-                    if lid in wanted:
-                        captured[lid] = h
+                if allowed is not None:
+                    h = self._numpy_forward(h, cache, allowed, positions, wanted, captured)
+                else:
+                    h = self._mlx_forward(h, cache, (attn_mask, ssm_mask), wanted, captured)
                 if last_only:
                     h = h[:, -1:]
                 logits = self.head(self.inner.norm(h))  # inside: a verification's head too
         finally:
             self._positions.positions = None
         return ForwardOutput(logits=logits, features=[captured[i] for i in capture])
+
+    def _mlx_forward(
+        self,
+        h: mx.array,
+        cache: list[Any],
+        masks: tuple[Any, Any],
+        wanted: set[int],
+        captured: dict[int, mx.array],
+    ) -> mx.array:
+        """The layers as mlx-lm wrote them (``masks``: the attention and recurrent ones)."""
+        attn_mask, ssm_mask = masks
+        for lid, (layer, layer_cache) in enumerate(zip(self.layers, cache, strict=True)):
+            h = layer(h, ssm_mask if getattr(layer, "is_linear", False) else attn_mask, layer_cache)
+            if lid in wanted:
+                captured[lid] = h
+        return h
+
+    def _numpy_rows(
+        self, h: mx.array, cache: list[Any], mask: Any, tree: bool
+    ) -> list[np.ndarray] | None:
+        """Each new row's cache slots when this forward runs through the numpy layers
+        (``numpy_layers``: decoding and verification rows of a quantized target), else None."""
+        rows = h.shape[1]
+        if self._numpy_layers is None or h.shape[0] != 1:
+            return None
+        if not numpy_layers.runs(cache, rows, tree):
+            return None
+        return exact_attention.allowed_keys(mask, rows, cache[0].offset + rows)
+
+    def _numpy_forward(
+        self,
+        h: mx.array,
+        cache: list[Any],
+        allowed: list[np.ndarray],
+        positions: mx.array | None,
+        wanted: set[int],
+        captured: dict[int, mx.array],
+    ) -> mx.array:
+        """The layers over numpy rows (``numpy_layers``)."""
+        rows, start = h.shape[1], cache[0].offset
+        where = np.arange(start, start + rows) if positions is None else np.asarray(positions)
+        x = np.asarray(h)[0]
+        for lid, (layer, layer_cache) in enumerate(zip(self._numpy_layers, cache, strict=True)):
+            x = layer(x, layer_cache, where, allowed)
+            if lid in wanted:
+                captured[lid] = mx.array(x[None])
+        return mx.array(x[None])
 
     def _causal_mask(self, h: mx.array, cache: list[Any]) -> Any:
         return create_attention_mask(h, self._first(cache, KVCache))

@@ -1,6 +1,6 @@
 """The row-by-row attention: softmax attention within float rounding, and a row's bits the same
 whether its keys sit contiguously (plain decoding) or among other slots (a tree's verification),
-whatever the rows beside it."""
+whatever the rows beside it; in every build this CPU can run."""
 
 from __future__ import annotations
 
@@ -8,11 +8,15 @@ import numpy as np
 import pytest
 
 from engine_mlx.cpu.exact_attention import ExactAttention
+from tests.engine_mlx.cpu.builds import NEEDS, skip_unless_runnable
 
 
-@pytest.fixture(scope="module")
-def exact() -> ExactAttention:
-    return ExactAttention()
+@pytest.fixture(scope="module", params=["native", *NEEDS])
+def exact(request) -> ExactAttention:
+    """The native build (the engine's), and each other one: AVX-512, AVX2 and SSE code."""
+    if request.param != "native":
+        skip_unless_runnable(request.param)
+    return ExactAttention(request.param)
 
 
 def _reference(q, k, v, allowed, scale):
@@ -57,12 +61,15 @@ def test_a_rows_bits_do_not_depend_on_where_its_keys_sit(exact):
 
 
 def test_threads_share_the_rows_without_changing_a_bit(exact):
-    from engine_mlx.models.exact_attention import kernel
+    from engine_mlx import blas
 
-    pooled = kernel()
     rng = np.random.default_rng(2)
     q = rng.standard_normal((5, 14, 64)).astype(np.float32)
     k, v = (rng.standard_normal((2, 700, 64)).astype(np.float32) for _ in range(2))
     allowed = [np.arange(600 + r, dtype=np.int32) for r in range(5)]
     alone = exact.attend(q, k, v, allowed, 0.125)
-    assert np.array_equal(pooled.attend(q, k, v, allowed, 0.125, threads=2), alone)
+    small = blas.small_gemm()
+    if small is None:
+        pytest.skip("no thread pool here (the float32 product did not build)")
+    exact.use_pool(small.library)
+    assert np.array_equal(exact.attend(q, k, v, allowed, 0.125, threads=2), alone)

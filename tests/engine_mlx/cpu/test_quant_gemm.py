@@ -1,12 +1,10 @@
 """The product over MLX's quantized weights: with float activations, x @ dequantize(W)^T for
-every bit width and group size MLX writes; with int8 activations (AVX-512 VNNI builds), within
-the rounding bound stated in quant_gemm.c; either way a row's bits independent of the rows and
-threads beside it, and the AVX2, SSE and AVX-512-without-VNNI builds computing the same
-products."""
+every bit width and group size MLX writes; with int8 activations (AVX-512 VNNI and AVX2
+builds), within the rounding bound stated in quant_gemm.c; either way a row's bits independent
+of the rows and threads beside it. Every build this CPU can run is checked: AVX2, SSE, AVX-512
+without VNNI (int8 through AVX2) and with it."""
 
 from __future__ import annotations
-
-import platform
 
 import mlx.core as mx
 import numpy as np
@@ -14,8 +12,14 @@ import pytest
 
 from engine_mlx.cpu.quant_gemm import QuantGemm
 from engine_mlx.cpu.quantized_product import product as shared_product
+from tests.engine_mlx.cpu.builds import skip_unless_runnable
 
-x86 = pytest.mark.skipif(platform.machine() != "x86_64", reason="x86-64 code paths")
+BUILDS = [  # -march, float lanes, int8 activations
+    ("x86-64", 4, False),
+    ("x86-64-v3", 8, True),
+    ("skylake-avx512", 16, True),
+    ("cascadelake", 16, True),
+]
 
 
 @pytest.fixture(scope="module")
@@ -56,22 +60,26 @@ def test_with_float_activations_it_is_the_product_with_the_dequantized_weights(
     np.testing.assert_allclose(got, reference, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("bits", [4, 8])
-@pytest.mark.parametrize(("group", "k"), [(32, 160), (64, 896), (128, 384)])
-def test_int8_activations_stay_within_the_rounding_bound(product, bits, group, k):
-    """k = 160 ends in a partial chunk; 8 bits in groups of 128 spread a group over two."""
-    if not product.int8_activations():
-        pytest.skip("this build keeps activations float (no AVX-512 VNNI)")
+def _assert_within_the_rounding_bound(build: QuantGemm, bits: int, group: int, k: int) -> None:
     rng = np.random.default_rng(bits + k)
     packed, scales, biases, dense = _quantized(rng, 37, k, bits, group)
     x = rng.standard_normal((5, k)).astype(np.float32)
     x[0, 3] = 40.0  # an outlier coarsens its group's rounding, and the bound with it
-    got = product.multiply(x, packed, scales, biases, bits=bits, group=group)
+    got = build.multiply(x, packed, scales, biases, bits=bits, group=group)
     exact = x.astype(np.float64) @ dense.T.astype(np.float64)
     bound = _rounding_bound(x, scales, biases, dense, bits, group)
     slack = 1e-4 * np.abs(x).sum(1, keepdims=True) * np.abs(dense).max()  # float rounding
     assert np.all(np.abs(got - exact) <= bound + slack)
     assert np.abs(got - exact).max() > 1e-3  # the rounding is there: this is the int8 path
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize(("group", "k"), [(32, 160), (64, 896), (128, 384)])
+def test_int8_activations_stay_within_the_rounding_bound(product, bits, group, k):
+    """k = 160 ends in a partial chunk; 8 bits in groups of 128 spread a group over two."""
+    if not product.int8_activations():
+        pytest.skip("this build keeps activations float (no AVX2 or AVX-512 VNNI)")
+    _assert_within_the_rounding_bound(product, bits, group, k)
 
 
 @pytest.mark.parametrize("bits", [4, 8])
@@ -101,13 +109,11 @@ def test_shapes_the_layout_cannot_hold_are_refused(product):
         product.matrix(packed, scales, biases, bits=3, group=64)
 
 
-@x86
-@pytest.mark.parametrize(
-    ("march", "lanes", "int8"),
-    [("x86-64-v3", 8, False), ("x86-64", 4, False), ("skylake-avx512", 16, False)],
-)
+@pytest.mark.parametrize(("march", "lanes", "int8"), BUILDS)
 def test_the_other_builds_compute_the_same_products(march, lanes, int8):
-    """AVX2, SSE, and AVX-512 without VNNI (float activations there)."""
+    """Each build's float product is the dequantized weights'; its int8 product keeps the
+    bound; a row's bits are its own."""
+    skip_unless_runnable(march)
     build = QuantGemm(march)
     assert build.vector_width() == lanes
     assert build.int8_activations() == int8
@@ -115,10 +121,14 @@ def test_the_other_builds_compute_the_same_products(march, lanes, int8):
     for bits in (4, 8):
         packed, scales, biases, dense = _quantized(rng, 21, 256, bits, 32)
         x = rng.standard_normal((6, 256)).astype(np.float32)
-        got = build.multiply(x, packed, scales, biases, bits=bits, group=32)
+        got = build.multiply(x, packed, scales, biases, bits=bits, group=32, int8=False)
         np.testing.assert_allclose(got, x @ dense.T, rtol=1e-4, atol=1e-4)
-        one = build.multiply(x[:1], packed, scales, biases, bits=bits, group=32)
-        assert np.array_equal(one[0], got[0])
+        for path in (False, True):
+            every = build.multiply(x, packed, scales, biases, bits=bits, group=32, int8=path)
+            one = build.multiply(x[:1], packed, scales, biases, bits=bits, group=32, int8=path)
+            assert np.array_equal(one[0], every[0])
+        if int8:
+            _assert_within_the_rounding_bound(build, bits, 32, 160)
 
 
 @pytest.mark.parametrize("bits", [4, 8])

@@ -1,0 +1,134 @@
+"""A quantized target's decoding and verification rows, layer by layer in numpy.
+
+On the CPU, every return to MLX's graph is an evaluation, and an evaluation hands work to MLX's
+stream thread and waits for it: ~20 us on the 2-core Xeon, 80-100 us on the 2-core EPYC VM,
+whose idle virtual cores wake slowly. A 4-bit forward through mlx-lm's layers left the graph
+about 240 times (each product, rotation, attention and norm between them): on the EPYC, a
+third of the forward. The layers of the usual dense architectures (llama, qwen2, qwen3) are
+short enough to write once more over numpy arrays, calling the engine's product
+(``cpu/quant_gemm``) and row-by-row attention (``cpu/exact_attention``) directly; MLX then
+runs only the embedding, the cache's update (one evaluation a layer) and the head.
+
+Every step is computed row by row (norms along each row, the product's rows independent,
+attention row by row in position order), so a token's bits are the same decoded alone or
+verified among a tree's: what ``exact_attention`` guarantees for the attention, this keeps
+for the whole layer. Prefill keeps MLX's layers (``TargetModel.forward`` decides).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+from mlx_lm.models.cache import KVCache
+
+from engine_mlx.models import exact_attention
+from engine_mlx.models.numpy_rope import NumpyRoPE
+from engine_mlx.models.quantized import CpuQuantizedLinear, CpuQuantizedMLP, multiply_rows
+
+
+def _norm_weights(norm: Any) -> tuple[np.ndarray, float] | None:
+    if type(norm) is not nn.RMSNorm or norm.weight.dtype != mx.float32:
+        return None
+    return np.asarray(norm.weight), float(norm.eps)
+
+
+def rms_norm(x: np.ndarray, weights: tuple[np.ndarray, float]) -> np.ndarray:
+    """``mx.fast.rms_norm`` along the last axis, each row on its own."""
+    weight, eps = weights
+    mean_square = np.mean(np.square(x), axis=-1, keepdims=True)
+    return x * (np.float32(1.0) / np.sqrt(mean_square + np.float32(eps))) * weight
+
+
+def _linear(layer: CpuQuantizedLinear, rows: np.ndarray) -> np.ndarray:
+    y = multiply_rows(layer._matrix, rows, layer._int8)
+    if layer._bias is not None:
+        y += layer._bias
+    return y
+
+
+class NumpyLayer:
+    """One decoder layer (attention then gated MLP, pre-norm) over numpy rows."""
+
+    def __init__(self, layer: nn.Module) -> None:
+        attn = layer.self_attn
+        self.input_norm = _norm_weights(layer.input_layernorm)
+        self.mlp_norm = _norm_weights(layer.post_attention_layernorm)
+        self.q, self.k, self.v, self.o = attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj
+        self.heads, self.kv_heads, self.scale = attn.n_heads, attn.n_kv_heads, float(attn.scale)
+        self.head_dim = self.q._matrix.n // self.heads
+        self.q_norm = _norm_weights(attn.q_norm) if hasattr(attn, "q_norm") else None
+        self.k_norm = _norm_weights(attn.k_norm) if hasattr(attn, "k_norm") else None
+        self.rope: NumpyRoPE = attn.rope._numpy
+        self.mlp: CpuQuantizedMLP = layer.mlp
+
+    @staticmethod
+    def takes(layer: nn.Module) -> bool:
+        """A pre-norm block of this shape whose every product is the engine's."""
+        from mlx_lm.models import llama, qwen2, qwen3
+
+        attn = getattr(layer, "self_attn", None)
+        blocks = (llama.TransformerBlock, qwen2.TransformerBlock, qwen3.TransformerBlock)
+        if type(layer) not in blocks or attn is None:
+            return False
+        linears = [getattr(attn, name, None) for name in ("q_proj", "k_proj", "v_proj", "o_proj")]
+        plain_bias = all(
+            type(p) is CpuQuantizedLinear and ("bias" not in p or p._bias is not None)
+            for p in linears
+        )
+        norms = [layer.input_layernorm, layer.post_attention_layernorm]
+        norms += [getattr(attn, n) for n in ("q_norm", "k_norm") if hasattr(attn, n)]
+        return (
+            plain_bias
+            and type(layer.mlp) is CpuQuantizedMLP
+            and layer.mlp.numpy_ready()
+            and all(_norm_weights(n) is not None for n in norms)
+            and getattr(attn.rope, "_numpy", None) is not None
+            and exact_attention.kernel() is not None
+            and exact_attention.kernel().takes(linears[0]._matrix.n // attn.n_heads)
+        )
+
+    def __call__(
+        self, h: np.ndarray, cache: KVCache, positions: np.ndarray, allowed: list[np.ndarray]
+    ) -> np.ndarray:
+        """``h`` [L, hidden] -> the layer's output rows; ``cache`` gains the rows' keys and
+        values; ``allowed[r]``: the cache slots row r attends to, ascending."""
+        rows, d = h.shape[0], self.head_dim
+        x = rms_norm(h, self.input_norm)
+        q = _linear(self.q, x).reshape(rows, self.heads, d)
+        k = _linear(self.k, x).reshape(rows, self.kv_heads, d)
+        v = _linear(self.v, x).reshape(rows, self.kv_heads, d)
+        if self.q_norm is not None:
+            q = rms_norm(q, self.q_norm)
+        if self.k_norm is not None:
+            k = rms_norm(k, self.k_norm)
+        q = self.rope(q.transpose(1, 0, 2), positions)  # [heads, L, d]
+        k = self.rope(k.transpose(1, 0, 2), positions)
+        keys, values = cache.update_and_fetch(
+            mx.array(k[None]), mx.array(np.ascontiguousarray(v.transpose(1, 0, 2))[None])
+        )
+        mx.eval(keys, values)
+        out = exact_attention.kernel().attend(
+            q.transpose(1, 0, 2), np.asarray(keys)[0], np.asarray(values)[0], allowed,
+            self.scale, exact_attention.THREADS,
+        )  # fmt: skip
+        h = h + _linear(self.o, out.reshape(rows, self.heads * d))
+        return h + self.mlp.numpy_forward(rms_norm(h, self.mlp_norm))
+
+
+def numpy_layers(model: nn.Module) -> list[NumpyLayer] | None:
+    """Every layer of ``model`` in numpy, or None when any one of them cannot be."""
+    layers = list(model.layers)
+    if not layers or not all(NumpyLayer.takes(layer) for layer in layers):
+        return None
+    return [NumpyLayer(layer) for layer in layers]
+
+
+def runs(caches: list[Any], rows: int, tree: bool) -> bool:
+    """Whether a forward of ``rows`` new tokens goes through the numpy layers: decoding and
+    verification rows (as for ``exact_attention``), over plain KV caches."""
+    return (tree or rows <= exact_attention.EXACT_ROWS) and all(
+        type(c) is KVCache for c in caches
+    )
