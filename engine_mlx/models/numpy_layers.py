@@ -129,6 +129,4 @@ def numpy_layers(model: nn.Module) -> list[NumpyLayer] | None:
 def runs(caches: list[Any], rows: int, tree: bool) -> bool:
     """Whether a forward of ``rows`` new tokens goes through the numpy layers: decoding and
     verification rows (as for ``exact_attention``), over plain KV caches."""
-    return (tree or rows <= exact_attention.EXACT_ROWS) and all(
-        type(c) is KVCache for c in caches
-    )
+    return (tree or rows <= exact_attention.EXACT_ROWS) and all(type(c) is KVCache for c in caches)
