@@ -9,7 +9,9 @@
  * ascending), and each score, the softmax and the weighted sum run in one fixed order.
  *
  * q [rows, heads, d]; k, v: a cache [kv_heads, slots, d] (``head_stride`` floats between heads,
- * rows of d floats); idx: row r's keys are idx[starts[r] .. starts[r + 1]). Heads share kv
+ * rows of d floats) for the slots below ``split``, and k2, v2 [kv_heads, *, d] (``head_stride2``)
+ * for the slots from ``split`` on: the forward's own new rows, read where they were computed
+ * before the cache has taken them; idx: row r's keys are idx[starts[r] .. starts[r + 1]). Heads share kv
  * heads in groups of heads / kv_heads. out [rows, heads, d]. d a multiple of the vector width.
  * Built like the other kernels (engine_mlx/cpu/exact_attention.py).
  */
@@ -106,14 +108,28 @@ static inline vf lane_sums(vf *v) {
 #endif
 }
 
+/* Where a slot's row of d floats lies: in the cache below ``split``, among the new rows from it. */
+typedef struct {
+  const float *k, *v, *k2, *v2;
+  int split;
+} slots;
+
+static inline const float *key_row(const slots *s, int slot, int d) {
+  return slot < s->split ? s->k + (size_t)slot * d : s->k2 + (size_t)(slot - s->split) * d;
+}
+
+static inline const float *value_row(const slots *s, int slot, int d) {
+  return slot < s->split ? s->v + (size_t)slot * d : s->v2 + (size_t)(slot - s->split) * d;
+}
+
 /* One row, one head: scores over the row's keys, softmax, weighted sum of values. */
-static void attend_one(int d, const float *q, const float *k, const float *v, const int *idx,
-                       int count, float scale, float *scores, float *out) {
+static void attend_one(int d, const float *q, const slots *kv, const int *idx, int count,
+                       float scale, float *scores, float *out) {
   int j = 0;
   for (; j + VW <= count; j += VW) { /* VW keys at a time, their dot products side by side */
     vf acc[VW];
     for (int l = 0; l < VW; l++) {
-      const float *key = k + (size_t)idx[j + l] * d;
+      const float *key = key_row(kv, idx[j + l], d);
       acc[l] = (vf){0};
       for (int c = 0; c < d; c += VW) acc[l] += load(q + c) * load(key + c);
     }
@@ -125,7 +141,7 @@ static void attend_one(int d, const float *q, const float *k, const float *v, co
     for (int l = 0; l < VW; l++) {
       acc[l] = (vf){0};
       if (j + l >= count) continue;
-      const float *key = k + (size_t)idx[j + l] * d;
+      const float *key = key_row(kv, idx[j + l], d);
       for (int c = 0; c < d; c += VW) acc[l] += load(q + c) * load(key + c);
     }
     const vf block = lane_sums(acc) * scale;
@@ -145,7 +161,7 @@ static void attend_one(int d, const float *q, const float *k, const float *v, co
   vf acc[MAX_D / VW];
   for (int c = 0; c < d / VW; c++) acc[c] = (vf){0};
   for (j = 0; j < count; j++) {
-    const float *value = v + (size_t)idx[j] * d;
+    const float *value = value_row(kv, idx[j], d);
     const vf weight = (vf){0} + scores[j];
     for (int c = 0; c < d / VW; c++) acc[c] += weight * load(value + c * VW);
   }
@@ -163,8 +179,9 @@ void ea_set_pool(parallel_fn fn) { parallel = fn; }
 
 typedef struct {
   int rows, heads, kv_heads, d, longest;
-  const float *q, *k, *v;
-  long head_stride;
+  const float *q, *k, *v, *k2, *v2;
+  long head_stride, head_stride2;
+  int split;
   const int *idx, *starts;
   float scale;
   float *out;
@@ -183,9 +200,11 @@ static void attend_part(const void *ctx, int index, int parts) {
   }
   for (int pair = begin; pair < end; pair++) {
     const int r = pair / w->heads, h = pair % w->heads;
-    const size_t kv = (size_t)(h / group) * (size_t)w->head_stride;
-    attend_one(w->d, w->q + ((size_t)r * w->heads + h) * w->d, w->k + kv, w->v + kv,
-               w->idx + w->starts[r], w->starts[r + 1] - w->starts[r], w->scale, scores,
+    const size_t at = (size_t)(h / group) * (size_t)w->head_stride;
+    const size_t at2 = (size_t)(h / group) * (size_t)w->head_stride2;
+    const slots kv = {w->k + at, w->v + at, w->k2 + at2, w->v2 + at2, w->split};
+    attend_one(w->d, w->q + ((size_t)r * w->heads + h) * w->d, &kv, w->idx + w->starts[r],
+               w->starts[r + 1] - w->starts[r], w->scale, scores,
                w->out + ((size_t)r * w->heads + h) * w->d);
   }
   free(scores);
@@ -194,7 +213,8 @@ static void attend_part(const void *ctx, int index, int parts) {
 /* 0 on success; -1 for a head size this cannot take, -2 out of memory. Rows and heads are
  * shared among ``threads`` (each pair computed whole by one thread: the bits do not change). */
 int ea_attend(int rows, int heads, int kv_heads, int d, const float *q, const float *k,
-              const float *v, long head_stride, const int *idx, const int *starts, float scale,
+              const float *v, long head_stride, const float *k2, const float *v2,
+              long head_stride2, int split, const int *idx, const int *starts, float scale,
               float *out, int threads) {
   if (d % VW != 0 || d > 512 || kv_heads < 1 || heads % kv_heads != 0) return -1;
   int longest = 0;
@@ -204,7 +224,8 @@ int ea_attend(int rows, int heads, int kv_heads, int d, const float *q, const fl
     if (count > longest) longest = count;
     work += (long)count * heads * d;
   }
-  job w = {rows, heads, kv_heads, d, longest, q, k, v, head_stride, idx, starts, scale, out, 0};
+  job w = {rows,  heads,        kv_heads, d,     longest, q,      k,     v,   k2,
+           v2,    head_stride,  head_stride2, split, idx,     starts, scale, out, 0};
   if (parallel && threads > 1 && work >= 65536)
     parallel(attend_part, &w, threads);
   else

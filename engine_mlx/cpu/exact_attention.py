@@ -24,6 +24,7 @@ class ExactAttention:
         self.library.ea_attend.restype = ctypes.c_int
         self.library.ea_attend.argtypes = [
             *(ctypes.c_int,) * 4, *(ctypes.c_void_p,) * 3, ctypes.c_long,
+            *(ctypes.c_void_p,) * 2, ctypes.c_long, ctypes.c_int,
             *(ctypes.c_void_p,) * 2, ctypes.c_float, ctypes.c_void_p, ctypes.c_int,
         ]  # fmt: skip
         self.library.ea_set_pool.argtypes = [ctypes.c_void_p]
@@ -46,24 +47,31 @@ class ExactAttention:
         allowed: list[np.ndarray],
         scale: float,
         threads: int = 1,
+        new: tuple[np.ndarray, np.ndarray, int] | None = None,
     ) -> np.ndarray:
         """``queries`` [rows, heads, d]; ``keys``/``values`` [kv_heads, slots, d] (a strided
         view of a cache is fine: slots must be rows of d floats); ``allowed[r]``: the cache
-        slots row r attends to, ascending (its positions in order). -> [rows, heads, d]."""
+        slots row r attends to, ascending (its positions in order). ``new`` = (keys, values,
+        split): slots from ``split`` on are these [kv_heads, n, d] rows instead (a forward's
+        own, not yet in the cache). -> [rows, heads, d]."""
         q = np.ascontiguousarray(queries, dtype=np.float32)
         rows, heads, d = q.shape
         k, v = (self._cache_view(a, d) for a in (keys, values))
         if k.strides != v.strides:
             v = np.ascontiguousarray(v)
             k = np.ascontiguousarray(k)
+        k2, v2, split = (k, v, np.iinfo(np.int32).max) if new is None else new
+        k2, v2 = np.ascontiguousarray(k2, np.float32), np.ascontiguousarray(v2, np.float32)
+        if k2.shape != v2.shape or k2.shape[0] != k.shape[0] or k2.shape[2] != d:
+            raise ValueError(f"new rows of shape {k2.shape} do not fit a cache of {k.shape}")
         starts = np.zeros(rows + 1, dtype=np.int32)
         starts[1:] = np.cumsum([len(a) for a in allowed])
         idx = np.ascontiguousarray(np.concatenate(allowed) if allowed else [], dtype=np.int32)
         out = np.empty_like(q)
         status = self.library.ea_attend(
             rows, heads, k.shape[0], d, q.ctypes.data, k.ctypes.data, v.ctypes.data,
-            k.strides[0] // 4, idx.ctypes.data, starts.ctypes.data, scale, out.ctypes.data,
-            threads,
+            k.strides[0] // 4, k2.ctypes.data, v2.ctypes.data, k2.strides[0] // 4, split,
+            idx.ctypes.data, starts.ctypes.data, scale, out.ctypes.data, threads,
         )  # fmt: skip
         if status == -2:
             raise MemoryError("no memory for the attention's scores")

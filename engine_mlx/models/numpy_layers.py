@@ -105,17 +105,32 @@ class NumpyLayer:
         if self.k_norm is not None:
             k = rms_norm(k, self.k_norm)
         q = self.rope(q.transpose(1, 0, 2), positions)  # [heads, L, d]
-        k = self.rope(k.transpose(1, 0, 2), positions)
-        keys, values = cache.update_and_fetch(
-            mx.array(k[None]), mx.array(np.ascontiguousarray(v.transpose(1, 0, 2))[None])
-        )
-        mx.eval(keys, values)
-        out = exact_attention.kernel().attend(
-            q.transpose(1, 0, 2), np.asarray(keys)[0], np.asarray(values)[0], allowed,
-            self.scale, exact_attention.THREADS,
-        )  # fmt: skip
+        k = self.rope(k.transpose(1, 0, 2), positions)  # [kv_heads, L, d]
+        v = np.ascontiguousarray(v.transpose(1, 0, 2))
+        out = self._attend(q.transpose(1, 0, 2), k, v, cache, allowed)
         h = h + _linear(self.o, out.reshape(rows, self.heads * d))
         return h + self.mlp.numpy_forward(rms_norm(h, self.mlp_norm))
+
+
+    def _attend(
+        self, q: np.ndarray, k: np.ndarray, v: np.ndarray, cache: KVCache, allowed: list
+    ) -> np.ndarray:
+        """Attention over the cache's slots and the new rows, read where they are: the cache
+        takes the rows lazily, evaluated once after the last layer (``settle``), not here."""
+        split = cache.offset
+        if cache.keys is None:
+            old_k, old_v = k, v  # nothing below the split
+        else:
+            old_k, old_v = np.asarray(cache.keys)[0], np.asarray(cache.values)[0]
+        cache.update_and_fetch(mx.array(k[None]), mx.array(v[None]))
+        return exact_attention.kernel().attend(
+            q, old_k, old_v, allowed, self.scale, exact_attention.THREADS, new=(k, v, split)
+        )
+
+
+def settle(caches: list[KVCache]) -> None:
+    """Evaluate the caches' updates of a forward through the numpy layers, all at once."""
+    mx.eval([array for c in caches for array in (c.keys, c.values)])
 
 
 def numpy_layers(model: nn.Module) -> list[NumpyLayer] | None:

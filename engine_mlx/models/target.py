@@ -252,6 +252,7 @@ class TargetModel:
             x = layer(x, layer_cache, where, allowed)
             if lid in wanted:
                 captured[lid] = mx.array(x[None])
+        numpy_layers.settle(cache)
         return mx.array(x[None])
 
     def _causal_mask(self, h: mx.array, cache: list[Any]) -> Any:

@@ -73,3 +73,21 @@ def test_threads_share_the_rows_without_changing_a_bit(exact):
         pytest.skip("no thread pool here (the float32 product did not build)")
     exact.use_pool(small.library)
     assert np.array_equal(exact.attend(q, k, v, allowed, 0.125, threads=2), alone)
+
+
+def test_new_rows_read_where_they_are_give_the_same_bits(exact):
+    """A forward's own keys and values, read from where they were computed (slots from the
+    split on) before the cache holds them: the bits of attending to the filled cache."""
+    rng = np.random.default_rng(3)
+    d, cached, new = 64, 30, 4
+    k, v = (rng.standard_normal((2, cached + new, d)).astype(np.float32) for _ in range(2))
+    q = rng.standard_normal((new, 6, d)).astype(np.float32)
+    allowed = [np.arange(cached + r + 1, dtype=np.int32) for r in range(new)]
+    whole = exact.attend(q, k, v, allowed, 0.125)
+    buffer = np.zeros((2, 64, d), np.float32)[:, :cached]  # a cache with room, rows not yet in
+    buffer[:] = k[:, :cached]
+    values = v[:, :cached].copy()
+    split = exact.attend(
+        q, buffer, values, allowed, 0.125, new=(k[:, cached:], v[:, cached:], cached)
+    )
+    assert np.array_equal(split, whole)
