@@ -111,7 +111,6 @@ class NumpyLayer:
         h = h + _linear(self.o, out.reshape(rows, self.heads * d))
         return h + self.mlp.numpy_forward(rms_norm(h, self.mlp_norm))
 
-
     def _attend(
         self, q: np.ndarray, k: np.ndarray, v: np.ndarray, cache: KVCache, allowed: list
     ) -> np.ndarray:
