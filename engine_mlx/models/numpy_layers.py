@@ -12,7 +12,8 @@ runs only the embedding, the cache's update (one evaluation a layer) and the hea
 Every step is computed row by row (norms along each row, the product's rows independent,
 attention row by row in position order), so a token's bits are the same decoded alone or
 verified among a tree's: what ``exact_attention`` guarantees for the attention, this keeps
-for the whole layer. Prefill keeps MLX's layers (``TargetModel.forward`` decides).
+for the whole layer. Prefill takes them too: its many rows go to the BLAS on dequantized
+weights (``quantized.multiply_rows``), its attention row by row.
 """
 
 from __future__ import annotations
@@ -140,7 +141,8 @@ def numpy_layers(model: nn.Module) -> list[NumpyLayer] | None:
     return [NumpyLayer(layer) for layer in layers]
 
 
-def runs(caches: list[Any], rows: int, tree: bool) -> bool:
-    """Whether a forward of ``rows`` new tokens goes through the numpy layers: decoding and
-    verification rows (as for ``exact_attention``), over plain KV caches."""
-    return (tree or rows <= exact_attention.EXACT_ROWS) and all(type(c) is KVCache for c in caches)
+def runs(caches: list[Any]) -> bool:
+    """Whether a forward goes through the numpy layers: over plain KV caches, any rows
+    (prefill's too: row by row attention measured faster than MLX's fused kernel and numpy's
+    softmax on the EPYC, 95 ms against 311 and 182 for 512 queries over 2,048 keys)."""
+    return all(type(c) is KVCache for c in caches)

@@ -193,7 +193,7 @@ class TargetModel:
         wanted = set(capture)
         captured: dict[int, mx.array] = {}
         self._positions.positions = None if positions is None else positions.astype(mx.int32)
-        allowed = self._numpy_rows(h, cache, attn_mask, tree is not None)
+        allowed = self._numpy_rows(h, cache, attn_mask)
         try:
             with attention.active(tree, exact=self.exact_attention):
                 if allowed is not None:
@@ -223,15 +223,11 @@ class TargetModel:
                 captured[lid] = h
         return h
 
-    def _numpy_rows(
-        self, h: mx.array, cache: list[Any], mask: Any, tree: bool
-    ) -> list[np.ndarray] | None:
+    def _numpy_rows(self, h: mx.array, cache: list[Any], mask: Any) -> list[np.ndarray] | None:
         """Each new row's cache slots when this forward runs through the numpy layers
-        (``numpy_layers``: decoding and verification rows of a quantized target), else None."""
+        (``numpy_layers``: a quantized target's), else None."""
         rows = h.shape[1]
-        if self._numpy_layers is None or h.shape[0] != 1:
-            return None
-        if not numpy_layers.runs(cache, rows, tree):
+        if self._numpy_layers is None or h.shape[0] != 1 or not numpy_layers.runs(cache):
             return None
         return exact_attention.allowed_keys(mask, rows, cache[0].offset + rows)
 

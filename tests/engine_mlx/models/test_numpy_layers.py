@@ -1,6 +1,6 @@
-"""The numpy layers compute mlx-lm's layers: with activations kept float, a decoding step and
-a verification through them give MLX's logits within float rounding, on every architecture
-they take; with int8 activations they are what decoding and verification run."""
+"""The numpy layers compute mlx-lm's layers: with activations kept float, a prefill, a decoding
+step and a verification through them give MLX's logits within float rounding, on every
+architecture they take; with int8 activations they are what every forward runs."""
 
 from __future__ import annotations
 
@@ -36,8 +36,8 @@ def float_target(tiny_model_dir, tmp_path_factory):
 
 def _logits(target: TargetModel, prompt: list[int], tokens: list[int]) -> np.ndarray:
     cache = target.make_cache()
-    mx.eval(target.forward(mx.array(prompt), cache).logits)
-    decoded = [np.array(target.forward(mx.array([tokens[0]]), cache).logits[0, -1])]
+    prefill = np.array(target.forward(mx.array(prompt), cache).logits[0])
+    decoded = [prefill[-1], np.array(target.forward(mx.array([tokens[0]]), cache).logits[0, -1])]
     rows, prefix = len(tokens) - 1, target.cache_length(cache)
     tree = mx.array(np.tril(np.ones((rows, rows), bool)))
     mask = mx.concatenate([mx.ones((rows, prefix), dtype=mx.bool_), tree], axis=1)
@@ -54,7 +54,7 @@ def test_they_compute_mlx_lms_layers(arch, float_target):
     assert target._numpy_layers is None  # float activations: MLX's layers
     layers = numpy_layers.numpy_layers(target.model)
     assert layers is not None and len(layers) == len(target.layers)
-    prompt, tokens = list(range(3, 40)), [5, 9, 13, 21, 34]
+    prompt, tokens = list(range(3, 200)), [5, 9, 13, 21, 34]  # prefill's rows: the BLAS's
     expected = _logits(target, prompt, tokens)
     target._numpy_layers = layers
     try:
@@ -71,6 +71,6 @@ def test_decoding_runs_them_where_activations_are_rounded(arch, tiny_model_dir, 
     assert (target._numpy_layers is not None) == rounds
     if rounds:
         cache = target.make_cache()
-        assert target._numpy_rows(target.embed(mx.array([[1]])), cache, None, False) is not None
-        prefill = mx.zeros((1, 100, target.spec.hidden_size))
-        assert target._numpy_rows(prefill, cache, "causal", False) is None  # prefill: MLX's
+        assert target._numpy_rows(target.embed(mx.array([[1]])), cache, None) is not None
+        prefill = mx.zeros((1, 300, target.spec.hidden_size))
+        assert len(target._numpy_rows(prefill, cache, "causal")) == 300  # prefill too
