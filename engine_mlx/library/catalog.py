@@ -133,6 +133,8 @@ def _source(folder: Path) -> tuple[str, str]:
             return "copied from a local folder", ""
         if manifest.get("source") == "file":
             return "added from a file", ""
+        if manifest.get("source") == "gguf":
+            return f"imported from {Path(str(manifest.get('from', 'a GGUF file'))).name}", ""
     if (folder / GGUF_MARKER).is_file():
         marker = read_json(folder / GGUF_MARKER) or {}
         return f"imported from {marker.get('source_name', 'a GGUF file')}", ""
@@ -179,7 +181,8 @@ def describe(folder: Path) -> InstalledModel | None:
         return InstalledModel(
             **common,
             kind="drafter",
-            architecture=f"DFlash{'2' if cfg.local_conv_kernel else ''}, block {cfg.block_size}",
+            architecture=f"DFlash{'2' if cfg.local_conv_kernel or cfg.reference_dflash2 else ''}, "
+            f"block {cfg.block_size}",
             quantization=_quantization(config, sorted(folder.glob("*.safetensors"))),
             max_context=cfg.max_position_embeddings,
             hidden_size=cfg.hidden_size,

@@ -76,11 +76,16 @@ def import_gguf_file(
     cancel: threading.Event | None = None,
 ) -> Path:
     """Import a ``.gguf`` into a library folder named after it (the importer is atomic and
-    skips a GGUF it already imported); ``done``/``total`` count tensors."""
+    skips a GGUF it already imported); ``done``/``total`` count tensors. A drafter's GGUF
+    (llama.cpp's ``dflash`` architecture) becomes a drafter folder, when a model of the
+    library fits it."""
     from engine_mlx.models.gguf import import_gguf
+    from engine_mlx.models.gguf.drafter import is_drafter_gguf
 
     root = Path(root) if root is not None else models_dir()
     gguf = Path(gguf).expanduser()
+    if is_drafter_gguf(gguf):
+        return _import_drafter_gguf(gguf, root, progress, cancel)
     reporter = ProgressReporter(gguf.stem, 0, 1, progress)
     reporter.phase = "importing"
     reporter.file = gguf.name
@@ -94,6 +99,67 @@ def import_gguf_file(
     reporter.file_finished()
     reporter.emit(force=True, phase="installed")
     return out
+
+
+def _import_drafter_gguf(
+    gguf: Path,
+    root: Path,
+    progress: ProgressCallback | None,
+    cancel: threading.Event | None,
+) -> Path:
+    """A llama.cpp drafter read into the engine's drafter and written as its Hugging Face
+    folder, once a target of the library is found that it fits (otherwise refused, with each
+    target's reason): a drafter alone drafts for nothing."""
+    from engine_mlx.library.catalog import describe, drafter_fit, list_installed
+    from engine_mlx.models.dflash import save_dflash
+    from engine_mlx.models.gguf.drafter import load_drafter_gguf
+
+    name = gguf.stem
+    if (root / name).exists():
+        raise EngineError(
+            f"The library already has a model named {name}: remove it first (or rename the "
+            "file you are adding)."
+        )
+    reporter = ProgressReporter(name, 1, 1, progress)
+    reporter.start_file(gguf.name, gguf.stat().st_size, 0, "importing")
+    model = load_drafter_gguf(gguf)
+    check_cancel(cancel, f"Import of {gguf.name} cancelled; nothing was added.")
+    partial_root(root).mkdir(parents=True, exist_ok=True)
+    staging = partial_root(root) / f".drafter-{name}-{uuid.uuid4().hex[:8]}"
+    try:
+        save_dflash(model, staging)
+        drafter = describe(staging)
+        targets = [m for m in list_installed(root) if m.kind == "target" and not m.problem]
+        problems = {t.name: drafter_fit(drafter, t) for t in targets}
+        if not any(not found for found in problems.values()):
+            raise SourceError(_no_target_message(gguf.name, model.config, problems))
+        installed_at = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        write_manifest(staging, {"kind": "drafter", "source": "gguf", "from": str(gguf),
+                                 "installed_at": installed_at})  # fmt: skip
+        replace_folder(staging, root / name)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    reporter.file_finished()
+    reporter.emit(force=True, phase="installed")
+    return root / name
+
+
+def _no_target_message(file: str, config, problems: dict[str, list[str]]) -> str:
+    shape = (
+        f"hidden size {config.hidden_size}, vocabulary {config.vocab_size}, "
+        f"{config.num_target_layers} target layers"
+    )
+    if not problems:
+        return (
+            f"{file} is a DFlash drafter ({shape}), and the library has no model for it to "
+            "draft for: add the model it was trained for first, then the drafter."
+        )
+    reasons = "; ".join(f"{name}: {found[0]}" for name, found in sorted(problems.items()))
+    return (
+        f"{file} is a DFlash drafter ({shape}), but no model of the library fits it ({reasons}). "
+        "Add the model it was trained for first, then the drafter."
+    )
 
 
 def _import_folder(root: Path, stem: str) -> Path:

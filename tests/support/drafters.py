@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
@@ -127,3 +128,25 @@ def write_builtin_mtp(target: TargetModel, head) -> None:
             value = value - 1.0
         weights[f"mtp.{key}"] = value
     mx.save_safetensors(str(file), weights, metadata={"format": "pt"})
+
+
+def write_tokenizer_gguf(target: TargetModel, path: Path) -> Path:
+    """``target``'s tokenizer in GGUF fields at ``path``: what a target GGUF carries, and what a
+    drafter GGUF copies from it."""
+    from gguf import GGUFWriter
+
+    vocab = target.tokenizer.get_vocab()
+    tokens = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
+    tokens += [f"[PAD{i}]" for i in range(len(tokens), target.spec.vocab_size)]
+    writer = GGUFWriter(str(path), "qwen3")
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("qwen2")
+    writer.add_token_list(tokens)
+    writer.add_token_types([1] * len(tokens))
+    writer.add_token_merges(["a b", "c d"])
+    writer.add_eos_token_id(1)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path

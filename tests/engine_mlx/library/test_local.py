@@ -80,3 +80,44 @@ def test_gguf_is_imported_into_the_library(library: Path, tiny_gguf: Path) -> No
     assert model.kind == "target" and model.architecture == "llama" and not model.problem
     assert model.source == "imported from Tiny-Llama.Q8_0.gguf"
     assert events[-1].phase == "installed" and events[-1].done == events[-1].total > 0
+
+
+def _drafter_gguf(tiny_target, folder: Path) -> Path:
+    """A DFlash2 drafter for the tiny qwen3 target, as llama.cpp's GGUF."""
+    from engine_mlx.models.gguf.drafter import write_drafter_gguf
+    from tests.support.drafters import random_dflash, write_tokenizer_gguf
+
+    target = tiny_target("qwen3")
+    tokenizer = write_tokenizer_gguf(target, folder / "tokenizer.gguf")
+    model = random_dflash(target, reference=True)
+    return write_drafter_gguf(model, folder / "Tiny-DFlash2.gguf", tokenizer, "f32")
+
+
+def test_a_dropped_drafter_gguf_is_paired_with_the_model_it_fits(
+    library: Path, tiny_target, tiny_model_dir, tmp_path
+) -> None:
+    from engine_mlx.library.catalog import pairings
+    from engine_mlx.models.drafters import load_drafter
+
+    add(LocalFolder(shutil.copytree(tiny_model_dir("qwen3"), tmp_path / "Tiny-Qwen3")), library)
+    path = add(GGUFSource(_drafter_gguf(tiny_target, tmp_path)), library)
+    installed = list_installed(library)
+    drafter = next(m for m in installed if m.name == path.name)
+    assert drafter.kind == "drafter" and drafter.architecture.startswith("DFlash2")
+    assert drafter.source == "imported from Tiny-DFlash2.gguf"
+    fits = [(p.target, p.fits) for p in pairings(installed) if p.companion == path.name]
+    assert fits == [("Tiny-Qwen3", True)]
+    assert load_drafter(path).config.reference_dflash2  # the selector came along
+
+
+def test_a_dropped_drafter_gguf_without_its_model_is_refused_with_the_reason(
+    library: Path, tiny_target, tiny_gguf, tmp_path
+) -> None:
+    gguf = _drafter_gguf(tiny_target, tmp_path)
+    with pytest.raises(SourceError, match="no model for it to draft for"):
+        add(GGUFSource(gguf), library)
+    add(GGUFSource(tiny_gguf), library)  # a llama of another vocabulary
+    with pytest.raises(SourceError, match=r"no model of the library fits it \(Tiny-Llama"):
+        add(GGUFSource(gguf), library)
+    assert [m.kind for m in list_installed(library)] == ["target"]
+    assert list((library / ".partial").iterdir()) == []

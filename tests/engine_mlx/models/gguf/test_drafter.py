@@ -16,7 +16,7 @@ from engine_mlx.errors import GGUFImportError
 from engine_mlx.models.gguf.drafter import is_drafter_gguf, load_drafter_gguf, write_drafter_gguf
 from engine_mlx.models.gguf.reader import read_gguf, read_tensor_numpy
 from engine_mlx.session import Session
-from tests.support.drafters import random_dflash
+from tests.support.drafters import random_dflash, write_tokenizer_gguf
 
 T = GGMLQuantizationType
 
@@ -24,23 +24,7 @@ T = GGMLQuantizationType
 @pytest.fixture
 def tokenizer_gguf(tiny_target, tmp_path) -> Path:
     """The target's tokenizer in GGUF fields (what a target GGUF carries)."""
-    target = tiny_target("qwen3")
-    vocab = target.tokenizer.get_vocab()
-    tokens = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
-    tokens += [f"[PAD{i}]" for i in range(len(tokens), target.spec.vocab_size)]
-    path = tmp_path / "target-tokenizer.gguf"
-    writer = GGUFWriter(str(path), "qwen3")
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("qwen2")
-    writer.add_token_list(tokens)
-    writer.add_token_types([1] * len(tokens))
-    writer.add_token_merges(["a b", "c d"])
-    writer.add_eos_token_id(1)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+    return write_tokenizer_gguf(tiny_target("qwen3"), tmp_path / "target-tokenizer.gguf")
 
 
 def _parameters(model) -> dict[str, np.ndarray]:
