@@ -184,7 +184,7 @@ def main() -> int:
     parser.add_argument("out", type=Path)
     parser.add_argument("--model", default="")
     parser.add_argument("--drafter", default="")
-    parser.add_argument("--prompt-file", default="README.md", help="text for --switch-at")
+    parser.add_argument("--prompt-file", default="docs/auto-mode.md", help="text for --switch-at")
     parser.add_argument(
         "--switch-at",
         type=int,
