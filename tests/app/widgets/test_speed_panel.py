@@ -11,14 +11,9 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QImage, QPalette
 from PySide6.QtWidgets import QCheckBox, QComboBox, QLabel
 
-from app.widgets.speed_panel import (
-    ACCEPTANCE_TOOLTIP,
-    AMBER,
-    MARKER,
-    RED,
-    TAU_TOOLTIP,
-    SpeedPanel,
-)
+from app.widgets.panel_widgets import AMBER, RED
+from app.widgets.rate_chart import MARKER
+from app.widgets.speed_panel import ACCEPTANCE_TOOLTIP, TAU_TOOLTIP, SpeedPanel
 
 MODES = ["ar", "lookup", "dflash2", "mtp"]
 FRAME = 1 / 30
@@ -402,15 +397,3 @@ def _near(colour: QColor, target: QColor, tolerance: int = 40) -> bool:
         abs(a - b) <= tolerance
         for a, b in zip(colour.getRgb()[:3], target.getRgb()[:3], strict=True)
     )
-
-
-def test_switch_markers_close_together_merge_into_one_that_counts_them():
-    from app.widgets.speed_panel import merge_close_markers
-
-    markers = [(10.0, "MTP"), (14.0, "DFlash2"), (18.0, "Plain"), (90.0, "DFlash2")]
-    assert merge_close_markers(markers, min_gap=20) == [
-        (18.0, "3 switches → Plain"),
-        (90.0, "DFlash2"),
-    ]
-    assert merge_close_markers(markers, min_gap=2) == markers
-    assert merge_close_markers([], min_gap=20) == []
