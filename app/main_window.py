@@ -47,19 +47,13 @@ from app.connect_dialog import ConnectDialog
 from app.download_worker import LibraryWorker
 from app.engine_worker import EngineWorker
 from app.first_run import NoModelPanel, has_any_model
+from app.history_file import default_database_path, move_aside
 from app.history_transfer import HistoryTransfer
 from app.local_server import LocalServer
 from app.messages import LiveUpdate, ModelInfo
+from app.settings import AppSettings, load_settings, save_settings
 from app.settings_dialog import SettingsDialog
-from app.storage import (
-    AppSettings,
-    ConversationStore,
-    StorageError,
-    default_database_path,
-    load_settings,
-    move_aside,
-    save_settings,
-)
+from app.storage import ConversationStore, StorageError
 from app.widgets.chat_view import ChatView
 from app.widgets.conversation_list import ConversationList
 from app.widgets.library_view import LibraryView, source_from_mime

@@ -16,7 +16,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.storage import AppSettings
+from app.settings import AppSettings
 
 
 class SettingsDialog(QDialog):

@@ -1,4 +1,5 @@
-"""Conversations, messages and settings in one SQLite file (stdlib ``sqlite3``, no Qt).
+"""Conversations, messages and settings in one SQLite file (stdlib ``sqlite3``, no Qt;
+the settings' fields and checks: ``app.settings``).
 
 Threading: a store's connection belongs to the thread that opened it (the GUI thread);
 ``sqlite3`` enforces this (``check_same_thread``), so a call from another thread raises.
@@ -16,75 +17,20 @@ characters); otherwise, and for shorter queries, an escaped LIKE scan (ASCII-onl
 from __future__ import annotations
 
 import json
-import math
 import sqlite3
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from engine_mlx.modes import Mode, parse_mode
-from engine_mlx.paths import user_data_dir
+from app.storage_schema import FTS_SCHEMA, FTS_TRIGGERS, SCHEMA_V1, SCHEMA_VERSION, UPGRADES
 
-SCHEMA_VERSION = 2
 DEFAULT_TITLE = "New chat"
 MAX_TITLE_CHARS = 200
 ROLES = ("system", "user", "assistant")
 MEMORY = ":memory:"
 _FTS_MIN_QUERY = 3  # the trigram tokenizer cannot match shorter strings
-
-# Statements, not a script: executescript() would COMMIT the surrounding transaction.
-_SCHEMA_V1 = (
-    """CREATE TABLE conversations (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        title TEXT NOT NULL,
-        created_at REAL NOT NULL,
-        updated_at REAL NOT NULL
-    )""",
-    "CREATE INDEX conversations_updated ON conversations (updated_at)",
-    """CREATE TABLE messages (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        conversation_id INTEGER NOT NULL REFERENCES conversations (id) ON DELETE CASCADE,
-        role TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant')),
-        content TEXT NOT NULL,
-        created_at REAL NOT NULL,
-        stats TEXT
-    )""",
-    "CREATE INDEX messages_conversation ON messages (conversation_id, id)",
-    "CREATE TABLE settings (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-)
-# v2: a reply's reasoning (a thinking model's text before its answer), kept beside the answer,
-# and each conversation's Think toggle (NULL: never set, the app's default).
-_UPGRADES = {
-    2: (
-        "ALTER TABLE messages ADD COLUMN reasoning TEXT",
-        "ALTER TABLE conversations ADD COLUMN think INTEGER",
-    )
-}
-
-# An external-content index kept in step by triggers (cascade deletes fire them too). It is
-# derived data: dropped triggers are recreated and the index rebuilt on the next FTS5 open.
-_FTS_TRIGGERS = ("messages_fts_ai", "messages_fts_ad", "messages_fts_au")
-_FTS_SCHEMA = (
-    """CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5 (
-        content, content='messages', content_rowid='id', tokenize='trigram'
-    )""",
-    """CREATE TRIGGER messages_fts_ai AFTER INSERT ON messages BEGIN
-        INSERT INTO messages_fts (rowid, content) VALUES (new.id, new.content);
-    END""",
-    """CREATE TRIGGER messages_fts_ad AFTER DELETE ON messages BEGIN
-        INSERT INTO messages_fts (messages_fts, rowid, content)
-        VALUES ('delete', old.id, old.content);
-    END""",
-    """CREATE TRIGGER messages_fts_au AFTER UPDATE OF content ON messages BEGIN
-        INSERT INTO messages_fts (messages_fts, rowid, content)
-        VALUES ('delete', old.id, old.content);
-        INSERT INTO messages_fts (rowid, content) VALUES (new.id, new.content);
-    END""",
-    "INSERT INTO messages_fts (messages_fts) VALUES ('rebuild')",
-)
 
 
 class StorageError(Exception):
@@ -243,11 +189,11 @@ class ConversationStore:
                 # Read again under the write lock: another FlashChat may have just created it.
                 found = conn.execute("PRAGMA user_version").fetchone()[0]
                 if found == 0:
-                    for statement in _SCHEMA_V1:
+                    for statement in SCHEMA_V1:
                         conn.execute(statement)
                     found = 1
                 for version in range(found + 1, SCHEMA_VERSION + 1):
-                    for statement in _UPGRADES[version]:
+                    for statement in UPGRADES[version]:
                         conn.execute(statement)
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                 self._sync_fts_triggers()
@@ -260,19 +206,19 @@ class ConversationStore:
             row[0]
             for row in self._conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")
         }
-        return names.issuperset(_FTS_TRIGGERS)
+        return names.issuperset(FTS_TRIGGERS)
 
     def _sync_fts_triggers(self) -> None:
         """Index messages when FTS5 is here; drop the triggers when it is not, so that writes
         from a build without FTS5 still work (the index is rebuilt when FTS5 is back)."""
         if fts5_available():
             if not self._has_fts_triggers():
-                for name in _FTS_TRIGGERS:
+                for name in FTS_TRIGGERS:
                     self._conn.execute(f"DROP TRIGGER IF EXISTS {name}")
-                for statement in _FTS_SCHEMA:
+                for statement in FTS_SCHEMA:
                     self._conn.execute(statement)
         else:
-            for name in _FTS_TRIGGERS:
+            for name in FTS_TRIGGERS:
                 self._conn.execute(f"DROP TRIGGER IF EXISTS {name}")
 
     @contextmanager
@@ -528,110 +474,3 @@ class ConversationStore:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-
-@dataclass
-class AppSettings:
-    """Persisted user settings with their defaults."""
-
-    # Qwen2.5's recommended sampling (its generation_config.json): the demo model's own
-    temperature: float = 0.7
-    top_p: float = 0.8
-    top_k: int = 20
-    repetition_penalty: float = 1.05
-    max_tokens: int = 1024
-    loop_guard: bool = True  # stop a reply that repeats one short cycle (engine's loop guard)
-    think: bool = True  # a thinking model reasons first (new chats; each chat keeps its own)
-    thinking_budget: int = 0  # reasoning tokens before the answer is forced; 0: no budget
-    system_prompt: str = "You are a helpful assistant."
-    draft_width: int = 2
-    block_size: int = 0  # 0 = the drafter's own
-    auto_threshold: int = 0  # 0: the measured cost model; N: switch at N tokens
-    auto_toggle: bool = True
-    forced_mode: str = Mode.AUTO.value  # a Mode id, stored as text
-    colour_draft_tokens: bool = False
-    serve_enabled: bool = False  # Settings -> "Serve on localhost" (app.local_server)
-    serve_port: int = 8080
-    remote_models: str = "[]"  # JSON list of ``remote.Endpoint`` specs (Connect…)
-    window_geometry: str = ""  # base64 of QMainWindow.saveGeometry, opaque here
-
-
-# Values that parse and have the right type but would still break generation.
-_SETTING_CHECKS: dict[str, Any] = {
-    "temperature": lambda v: v >= 0,
-    "top_p": lambda v: 0 < v <= 1,
-    "top_k": lambda v: v >= 0,
-    "repetition_penalty": lambda v: 0 < v <= 10,
-    "max_tokens": lambda v: v >= 1,
-    "draft_width": lambda v: v >= 1,
-    "block_size": lambda v: v >= 0,
-    "auto_threshold": lambda v: v >= 0,
-    "thinking_budget": lambda v: v >= 0,
-    "serve_port": lambda v: 1 <= v <= 65535,
-    "forced_mode": lambda v: isinstance(v, str) and parse_mode(v) is not None,
-}
-
-
-def _coerce(value: Any, default: Any) -> Any:
-    """``value`` as the default's type, or the default when it is not that type."""
-    if isinstance(default, bool):
-        return value if isinstance(value, bool) else default
-    if isinstance(default, int):
-        ok = isinstance(value, int) and not isinstance(value, bool)
-        return value if ok else default
-    if isinstance(default, float):
-        ok = isinstance(value, int | float) and not isinstance(value, bool)
-        return float(value) if ok and math.isfinite(value) else default
-    return value if isinstance(value, type(default)) else default
-
-
-def load_settings(store: ConversationStore) -> AppSettings:
-    """Saved settings over the defaults; a missing, unknown or bad row never stops the app."""
-    defaults = AppSettings()
-    rows = store._setting_rows()
-    values: dict[str, Any] = {}
-    for field in fields(AppSettings):
-        default = getattr(defaults, field.name)
-        if field.name not in rows:
-            continue
-        try:
-            value = _coerce(json.loads(rows[field.name]), default)
-        except (ValueError, TypeError):
-            continue
-        check = _SETTING_CHECKS.get(field.name)
-        if check is None or check(value):
-            values[field.name] = value
-    return AppSettings(**values)
-
-
-def save_settings(store: ConversationStore, settings: AppSettings) -> None:
-    """Every field as a JSON value, in one transaction."""
-    store._write_setting_rows(
-        {field.name: json.dumps(getattr(settings, field.name)) for field in fields(AppSettings)}
-    )
-
-
-def move_aside(path: Path) -> Path:
-    """Rename a history file that cannot be used (with its ``-wal`` and ``-shm`` files) to
-    ``NAME.unusable-YYYYmmdd-HHMMSS``, so a fresh one can start; nothing is deleted. Returns
-    the new name of the main file."""
-    path = Path(path)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    aside = path.with_name(f"{path.name}.unusable-{stamp}")
-    n = 1
-    while aside.exists():
-        n += 1
-        aside = path.with_name(f"{path.name}.unusable-{stamp}-{n}")
-    try:
-        for suffix in ("-wal", "-shm", ""):  # the main file last: it names the set
-            companion = path.with_name(path.name + suffix)
-            if companion.exists():
-                companion.rename(aside.with_name(aside.name + suffix))
-    except OSError as exc:
-        raise StorageError(f"Could not move {path} aside ({exc}); move it by hand.") from exc
-    return aside
-
-
-def default_database_path() -> Path:
-    """The history file in FlashChat's data folder (FLASHCHAT_HOME overrides the folder)."""
-    return user_data_dir() / "flashchat.sqlite3"

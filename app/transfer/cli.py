@@ -9,7 +9,8 @@ import sys
 import time
 from pathlib import Path
 
-from app.storage import ConversationStore, StorageError, default_database_path
+from app.history_file import default_database_path
+from app.storage import ConversationStore, StorageError
 from app.transfer.errors import TransferError
 from app.transfer.export import FORMATS, export_conversations
 from app.transfer.importing import read_import

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import signal
 import sqlite3
 import subprocess
@@ -15,14 +14,8 @@ from pathlib import Path
 import pytest
 
 from app import storage
-from app.storage import (
-    AppSettings,
-    ConversationStore,
-    StorageError,
-    default_database_path,
-    load_settings,
-    save_settings,
-)
+from app.storage import ConversationStore, StorageError
+from app.storage_schema import SCHEMA_V1, SCHEMA_VERSION
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,7 +52,7 @@ def titles(conversations: list[storage.Conversation]) -> list[str]:
 def test_creates_folder_schema_and_pragmas(db_path: Path, store: ConversationStore) -> None:
     assert db_path.is_file()
     conn = store._conn
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == storage.SCHEMA_VERSION
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
     assert conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
@@ -210,57 +203,6 @@ def test_persists_across_reopen(db_path: Path) -> None:
         assert titles(store.list_conversations()) == ["Later", "Kept"]
 
 
-def test_settings_round_trip(store: ConversationStore) -> None:
-    assert load_settings(store) == AppSettings()
-    custom = AppSettings(
-        temperature=0.2,
-        top_p=0.5,
-        top_k=40,
-        max_tokens=64,
-        system_prompt="Pirate mode ☠",
-        draft_width=3,
-        block_size=8,
-        auto_threshold=100,
-        auto_toggle=False,
-        forced_mode="lookup",
-        colour_draft_tokens=True,
-        window_geometry="AdnQywADAAA=",
-    )
-    save_settings(store, custom)
-    assert load_settings(store) == custom
-    save_settings(store, AppSettings())
-    assert load_settings(store) == AppSettings()
-
-
-def test_bad_setting_rows_fall_back(db_path: Path) -> None:
-    rows = {
-        "temperature": '"hot"',
-        "top_p": "{not json",
-        "top_k": "true",  # a bool is not an int here
-        "max_tokens": "0",  # out of range
-        "system_prompt": "42",
-        "draft_width": "2.5",
-        "block_size": "16",  # fine
-        "auto_threshold": "null",
-        "auto_toggle": "1",  # not a bool
-        "forced_mode": '"warp"',
-        "colour_draft_tokens": "true",  # fine
-        "window_geometry": "NaN",
-        "from_the_future": '"kept"',
-    }
-    with ConversationStore(db_path) as store:
-        store._conn.executemany("INSERT INTO settings VALUES (?, ?)", rows.items())
-        loaded = load_settings(store)
-        assert loaded == AppSettings(block_size=16, colour_draft_tokens=True)
-        store._conn.execute("UPDATE settings SET value = 'NaN' WHERE key = 'temperature'")
-        store._conn.execute("UPDATE settings SET value = '1' WHERE key = 'top_p'")
-        assert load_settings(store).temperature == AppSettings().temperature
-        assert load_settings(store).top_p == 1.0
-        save_settings(store, loaded)
-        value = store._conn.execute("SELECT value FROM settings WHERE key = 'from_the_future'")
-        assert json.loads(value.fetchone()[0]) == "kept"  # a newer app's keys survive a save
-
-
 def test_garbage_file_raises_and_is_left_untouched(db_path: Path) -> None:
     db_path.parent.mkdir(parents=True)
     garbage = b"These are my notes, not a database.\n" * 200
@@ -304,7 +246,7 @@ def test_newer_schema_raises(db_path: Path) -> None:
     with ConversationStore(db_path) as store:
         store.create_conversation("From the future")
     conn = sqlite3.connect(db_path)
-    conn.execute(f"PRAGMA user_version = {storage.SCHEMA_VERSION + 1}")
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
     conn.close()
     before = db_path.read_bytes()
     with pytest.raises(StorageError, match="newer FlashChat"):
@@ -325,11 +267,6 @@ def test_connection_belongs_to_its_thread(store: ConversationStore) -> None:
     thread.start()
     thread.join()
     assert len(errors) == 1 and isinstance(errors[0], sqlite3.ProgrammingError)
-
-
-def test_default_database_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("FLASHCHAT_HOME", str(tmp_path / "home"))
-    assert default_database_path() == tmp_path / "home" / "flashchat.sqlite3"
 
 
 CRASH_SCRIPT = textwrap.dedent(
@@ -383,26 +320,11 @@ def test_hard_kill_mid_write_keeps_committed_messages(db_path: Path) -> None:
         assert len(store.messages(conv.id)) == 4
 
 
-def test_move_aside_keeps_every_file_of_the_history(tmp_path: Path) -> None:
-    from app.storage import move_aside
-
-    db = tmp_path / "h.sqlite3"
-    for suffix, data in (("", b"main"), ("-wal", b"wal"), ("-shm", b"shm")):
-        (tmp_path / f"h.sqlite3{suffix}").write_bytes(data)
-    aside = move_aside(db)
-    assert not db.exists() and aside.name.startswith("h.sqlite3.unusable-")
-    assert aside.read_bytes() == b"main"
-    assert aside.with_name(aside.name + "-wal").read_bytes() == b"wal"
-    assert aside.with_name(aside.name + "-shm").read_bytes() == b"shm"
-    db.write_bytes(b"again")
-    assert move_aside(db) != aside  # a second move in the same second gets its own name
-
-
 def test_a_version_1_history_is_upgraded_in_place_and_keeps_its_messages(db_path: Path) -> None:
     """v1 (before replies kept their reasoning): written with v1's own statements."""
     db_path.parent.mkdir(parents=True)
     conn = sqlite3.connect(db_path)
-    for statement in storage._SCHEMA_V1:
+    for statement in SCHEMA_V1:
         conn.execute(statement)
     conn.execute("INSERT INTO conversations VALUES (1, 'old chat', 1.0, 2.0)")
     conn.execute(
@@ -421,5 +343,5 @@ def test_a_version_1_history_is_upgraded_in_place_and_keeps_its_messages(db_path
         store.set_think(1, False)
         assert store.think(1) is False
     conn = sqlite3.connect(db_path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == storage.SCHEMA_VERSION == 2
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
     conn.close()

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from app.__main__ import main
-from app.storage import ConversationStore, default_database_path
+from app.history_file import default_database_path
+from app.storage import ConversationStore
 from tests.app.transfer.chatgpt_export import chatgpt_export
 
 

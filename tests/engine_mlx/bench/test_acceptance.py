@@ -93,7 +93,7 @@ def test_sampling_settings_default_to_greedy_and_the_apps_sampling_per_seed():
 
 
 def test_the_app_sampling_is_the_apps_default():
-    from app.storage import AppSettings
+    from app.settings import AppSettings
 
     app = AppSettings()
     assert (app.temperature, app.top_k, app.top_p, app.repetition_penalty) == (

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from app.storage import AppSettings
+from app.settings import AppSettings
 from engine_mlx.api import load_speculators
 from engine_mlx.decoding.sampling import SamplingParams
 from engine_mlx.models.target import TargetModel
