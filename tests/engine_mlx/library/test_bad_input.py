@@ -18,8 +18,8 @@ from engine_mlx.library.hub import (
     HubError,
     InsufficientResourcesError,
     UnsupportedRepoError,
-    estimate_memory,
 )
+from engine_mlx.library.memory import estimate_memory
 from engine_mlx.library.sources import HubSource
 from tests.support.hub_server import HubRepo
 

@@ -11,7 +11,6 @@ from engine_mlx.library.hub import (
     HubError,
     InsufficientResourcesError,
     UnsupportedRepoError,
-    estimate_memory,
     inspect_repo,
 )
 from engine_mlx.library.sources import HubSource
@@ -123,17 +122,3 @@ def test_drafter_and_mtp_repos(hub, tiny_target, tmp_path: Path) -> None:
     hub.add(HubRepo("org/loose", {"model.safetensors": weights}))
     with pytest.raises(UnsupportedRepoError, match="not an MTP head"):
         _inspect(hub, "org/loose")
-
-
-def test_memory_estimate_counts_only_attention_layers_of_hybrids() -> None:
-    base = {
-        "num_hidden_layers": 32,
-        "num_attention_heads": 16,
-        "num_key_value_heads": 4,
-        "head_dim": 128,
-        "max_position_embeddings": 32768,
-    }
-    dense = estimate_memory(base, 0)
-    hybrid = estimate_memory({**base, "full_attention_interval": 4}, 0)
-    kv_per_layer = 2 * 4 * 128 * 2 * 8192
-    assert dense - hybrid == kv_per_layer * (32 - 8)
