@@ -46,8 +46,8 @@ from engine_mlx.library.catalog import (
     remove_model,
     suggestions,
 )
-from engine_mlx.library.download import PendingDownload, discard_pending, pending_downloads
 from engine_mlx.library.hub import endpoint_hosts
+from engine_mlx.library.pending import PendingDownload, discard_pending, pending_downloads
 from engine_mlx.library.sources import HubSource, Source, SourceError, parse_drop
 from engine_mlx.library.units import human_bytes, human_duration
 from engine_mlx.paths import models_dir

@@ -93,7 +93,7 @@ def pull_command(args: argparse.Namespace) -> int:
 
 def list_command(args: argparse.Namespace) -> int:
     from engine_mlx.library.catalog import list_installed, pairings, suggestions
-    from engine_mlx.library.download import pending_downloads
+    from engine_mlx.library.pending import pending_downloads
     from engine_mlx.paths import models_dir
 
     models = list_installed()

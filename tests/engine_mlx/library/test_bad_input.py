@@ -13,13 +13,14 @@ import pytest
 
 from engine_mlx.errors import EngineError
 from engine_mlx.library.catalog import list_installed
-from engine_mlx.library.download import pending_downloads, pull
+from engine_mlx.library.download import pull
 from engine_mlx.library.hub import (
     HubError,
     InsufficientResourcesError,
     UnsupportedRepoError,
 )
 from engine_mlx.library.memory import estimate_memory
+from engine_mlx.library.pending import pending_downloads
 from engine_mlx.library.sources import HubSource
 from tests.support.hub_server import HubRepo
 

@@ -13,15 +13,11 @@ from pathlib import Path
 import pytest
 
 from engine_mlx.library.catalog import list_installed
-from engine_mlx.library.download import (
-    OperationCancelled,
-    pending_downloads,
-    pull,
-    staging_dir,
-)
+from engine_mlx.library.download import OperationCancelled, pull, staging_dir
 from engine_mlx.library.hub import HubError, InsufficientResourcesError
 from engine_mlx.library.integrity import IntegrityError
 from engine_mlx.library.manifest import MANIFEST_NAME, read_manifest
+from engine_mlx.library.pending import pending_downloads
 from engine_mlx.library.progress import Progress
 from engine_mlx.library.sources import HubSource
 

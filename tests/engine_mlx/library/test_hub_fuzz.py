@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from engine_mlx.errors import EngineError
 from engine_mlx.library.catalog import list_installed
-from engine_mlx.library.download import DownloadOptions, pending_downloads, pull
+from engine_mlx.library.download import DownloadOptions, pull
+from engine_mlx.library.pending import pending_downloads
 from engine_mlx.library.sources import HubSource
 
 pytestmark = pytest.mark.slow  # fuzzing: seconds, not milliseconds
