@@ -20,6 +20,7 @@ from PySide6.QtCore import QObject, Signal, Slot
 import engine_mlx  # noqa: F401  (the BLAS before mlx)
 from app.messages import LiveUpdate, ModelInfo
 from engine_mlx.api import encode_prompt, load_speculators, load_target
+from engine_mlx.auto.step_costs import cache_file as step_cost_cache
 from engine_mlx.backend import backend_info
 from engine_mlx.companions import NO_DRAFTER
 from engine_mlx.config import GenerationConfig
@@ -30,7 +31,6 @@ from engine_mlx.modes import Mode, available_modes
 from engine_mlx.remote import PREFIX as REMOTE_PREFIX
 from engine_mlx.remote import Endpoint, RemoteSession, list_models
 from engine_mlx.session import Session
-from engine_mlx.step_costs import cache_file as step_cost_cache
 
 UPDATE_INTERVAL_S = 1 / 30
 

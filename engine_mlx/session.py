@@ -11,6 +11,13 @@ import logging
 import threading
 from collections.abc import Iterator, Sequence
 
+from engine_mlx.auto import (
+    CostModelPolicy,
+    ExpectedRatePolicy,
+    StepCosts,
+    ThresholdPolicy,
+    load_or_calibrate,
+)
 from engine_mlx.config import GenerationConfig
 from engine_mlx.decoding.ngram import NGramIndex
 from engine_mlx.decoding.sampling import Sampler
@@ -27,10 +34,7 @@ from engine_mlx.events import Error, Event
 from engine_mlx.generation import DrafterGroup, Generation
 from engine_mlx.models.target import TargetModel
 from engine_mlx.modes import Mode, auto_candidates
-from engine_mlx.policy import CostModelPolicy, ThresholdPolicy
 from engine_mlx.prompt_cache import PrefilledPrompt
-from engine_mlx.rate_policy import ExpectedRatePolicy
-from engine_mlx.step_costs import StepCosts, load_or_calibrate
 from engine_mlx.thinking import ThinkingBudget
 
 log = logging.getLogger(__name__)

@@ -17,11 +17,11 @@ import json
 from typing import Any
 
 from engine_mlx.arguments import resolve_model
+from engine_mlx.auto.forward_timing import depth_prompt, prefill_cost, verify_costs
 from engine_mlx.backend import backend_info
 from engine_mlx.bench.measure import machine_description
 from engine_mlx.blas import blas_only, small_gemm
 from engine_mlx.errors import EngineError
-from engine_mlx.forward_timing import depth_prompt, prefill_cost, verify_costs
 from engine_mlx.models.target import TargetModel
 
 TOKENS = (1, 2, 4, 8, 16, 32)

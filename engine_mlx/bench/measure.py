@@ -9,11 +9,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from engine_mlx.auto.forward_timing import depth_prompt
 from engine_mlx.config import GenerationConfig
 from engine_mlx.cpu.machine import cores, cpu_model
 from engine_mlx.errors import EngineError
 from engine_mlx.events import Error, Finished, Tokens
-from engine_mlx.forward_timing import depth_prompt
 from engine_mlx.models.target import TargetModel
 from engine_mlx.modes import Mode
 from engine_mlx.session import Session

@@ -14,13 +14,13 @@ from math import nan
 from typing import Any
 
 from engine_mlx.arguments import config_from_args, parse_modes, resolve_model, speculators_from_args
+from engine_mlx.auto.forward_timing import verify_costs
 from engine_mlx.backend import backend_info
 from engine_mlx.bench.external import external_baselines
 from engine_mlx.bench.measure import context_prompt, machine_description, run_ours
 from engine_mlx.bench.mlx_lm import mlx_lm_runner
 from engine_mlx.bench.plot import calibration_points, plot_calibration
 from engine_mlx.errors import EngineError
-from engine_mlx.forward_timing import verify_costs
 from engine_mlx.models.target import TargetModel
 from engine_mlx.modes import Mode
 from engine_mlx.session import Session

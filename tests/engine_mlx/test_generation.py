@@ -12,6 +12,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
+from engine_mlx.auto.step_costs import StepCosts
 from engine_mlx.config import GenerationConfig
 from engine_mlx.decoding import strategies
 from engine_mlx.decoding.acceptance import path_tokens
@@ -21,7 +22,6 @@ from engine_mlx.events import Finished, ModeSwitch
 from engine_mlx.generation import Generation
 from engine_mlx.modes import Mode
 from engine_mlx.session import Session
-from engine_mlx.step_costs import StepCosts
 from tests.support.auto_driver import drive_auto
 from tests.support.drafters import OracleDrafter, random_mtp_head
 

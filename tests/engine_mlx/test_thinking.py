@@ -149,8 +149,8 @@ def test_the_budget_holds_across_a_change_of_mode_at_every_step(
 ):
     """Auto forced through plain decoding, DFlash2 and MTP in turn: a strategy that takes
     over holds a root the last one committed, which the forcing rule must count once."""
+    from engine_mlx.auto.step_costs import StepCosts
     from engine_mlx.modes import Mode
-    from engine_mlx.step_costs import StepCosts
     from tests.support.auto_driver import drive_auto
 
     target = thinking_target("qwen3", "qwen3_5")

@@ -7,9 +7,9 @@ from collections.abc import Callable
 
 import pytest
 
+from engine_mlx.auto.rate_policy import ExpectedRatePolicy
+from engine_mlx.auto.step_costs import StepCosts
 from engine_mlx.modes import Mode
-from engine_mlx.rate_policy import ExpectedRatePolicy
-from engine_mlx.step_costs import StepCosts
 
 
 def drive_auto(

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
+from engine_mlx.auto.forward_timing import depth_prompt
 from engine_mlx.bench.forward_cost import TOKENS, forward_cost_rows
 from engine_mlx.blas import small_gemm
 from engine_mlx.cli import main
-from engine_mlx.forward_timing import depth_prompt
 
 
 def test_json_report_has_every_cell(tiny_model_dir, tmp_path, capsys):

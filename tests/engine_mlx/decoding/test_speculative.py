@@ -8,6 +8,7 @@ from itertools import pairwise
 import mlx.core as mx
 import pytest
 
+from engine_mlx.auto.step_costs import StepCosts
 from engine_mlx.config import GenerationConfig
 from engine_mlx.decoding.dflash_drafter import DFlashDrafter
 from engine_mlx.decoding.mtp_drafter import MTPDrafter
@@ -18,7 +19,6 @@ from engine_mlx.decoding.strategies import Speculative
 from engine_mlx.models.target import TargetModel
 from engine_mlx.modes import Mode
 from engine_mlx.session import Session
-from engine_mlx.step_costs import StepCosts
 from tests.support.auto_driver import drive_auto
 from tests.support.distribution import position_p_values, sample_replies
 from tests.support.drafters import OracleDrafter, random_dflash, random_mtp_head

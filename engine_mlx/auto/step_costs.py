@@ -42,9 +42,9 @@ from importlib import metadata
 from pathlib import Path
 from statistics import median
 
+from engine_mlx.auto.forward_timing import synthetic_context, time_forwards
 from engine_mlx.blas import status as blas_status
 from engine_mlx.cpu.machine import cores, cpu_signature
-from engine_mlx.forward_timing import synthetic_context, time_forwards
 from engine_mlx.models.target import TargetModel
 from engine_mlx.paths import step_costs_dir
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from engine_mlx.policy import CostModelPolicy, ThresholdPolicy
+from engine_mlx.auto.policy import CostModelPolicy, ThresholdPolicy
 
 Curve = Callable[[int], tuple[float, float]]  # depth -> (tokens per step, seconds per step)
 

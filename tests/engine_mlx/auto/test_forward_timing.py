@@ -5,7 +5,7 @@ from __future__ import annotations
 import mlx.core as mx
 import pytest
 
-from engine_mlx.forward_timing import synthetic_context, time_forwards
+from engine_mlx.auto.forward_timing import synthetic_context, time_forwards
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen3", "qwen3_5"])

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from engine_mlx import step_costs
-from engine_mlx.step_costs import StaleCosts, StepCosts, from_json, load_or_calibrate
+from engine_mlx.auto import step_costs
+from engine_mlx.auto.step_costs import StaleCosts, StepCosts, from_json, load_or_calibrate
 
 
 def _table() -> StepCosts:

@@ -45,11 +45,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import median
 
+from engine_mlx.auto.policy import Choice, _switch_reason
+from engine_mlx.auto.step_costs import StepCosts
 from engine_mlx.decoding.strategies import LengthPlan
 from engine_mlx.modes import Mode
-from engine_mlx.policy import Choice, _switch_reason
 from engine_mlx.stats import StepStats
-from engine_mlx.step_costs import StepCosts
 
 SMOOTHING = 0.3
 TRUST_ABOVE_EXPECTED = 2.0  # realised tokens count up to this multiple of the plans' expectation

@@ -6,23 +6,23 @@ from __future__ import annotations
 
 import pytest
 
-from engine_mlx.config import GenerationConfig
-from engine_mlx.decoding.dflash_drafter import DFlashDrafter
-from engine_mlx.decoding.selector import AcceptanceCalibrator
-from engine_mlx.decoding.strategies import LengthPlan
-from engine_mlx.events import ModeSwitch, Tokens
-from engine_mlx.modes import Mode
-from engine_mlx.policy import Choice
-from engine_mlx.rate_policy import (
+from engine_mlx.auto.policy import Choice
+from engine_mlx.auto.rate_policy import (
     CUED_LOOK_EVERY,
     IDLE_TRIAL_STEPS,
     LOOK_BUDGET,
     SETTLE_STEPS,
     ExpectedRatePolicy,
 )
+from engine_mlx.auto.step_costs import StepCosts
+from engine_mlx.config import GenerationConfig
+from engine_mlx.decoding.dflash_drafter import DFlashDrafter
+from engine_mlx.decoding.selector import AcceptanceCalibrator
+from engine_mlx.decoding.strategies import LengthPlan
+from engine_mlx.events import ModeSwitch, Tokens
+from engine_mlx.modes import Mode
 from engine_mlx.session import Session
 from engine_mlx.stats import StepStats
-from engine_mlx.step_costs import StepCosts
 from tests.support.auto_driver import drive_auto
 from tests.support.drafters import OracleDrafter, random_dflash
 

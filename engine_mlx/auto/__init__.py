@@ -1,0 +1,21 @@
+"""Auto mode: which decoding mode runs each step, and how long a draft it verifies.
+
+What the session uses: ``ExpectedRatePolicy`` (the default: the mode and draft length with the
+most expected tokens per second, from the drafts' calibrated acceptance and this machine's
+step costs), ``CostModelPolicy`` and ``ThresholdPolicy`` (the probing and context-threshold
+alternatives), and ``StepCosts`` with ``load_or_calibrate`` (what a verify forward costs here,
+measured once and cached). ``forward_timing`` times forwards for the calibration and the
+benchmarks.
+"""
+
+from engine_mlx.auto.policy import CostModelPolicy, ThresholdPolicy
+from engine_mlx.auto.rate_policy import ExpectedRatePolicy
+from engine_mlx.auto.step_costs import StepCosts, load_or_calibrate
+
+__all__ = [
+    "CostModelPolicy",
+    "ExpectedRatePolicy",
+    "StepCosts",
+    "ThresholdPolicy",
+    "load_or_calibrate",
+]
