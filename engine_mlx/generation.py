@@ -2,19 +2,20 @@
 
 Holds what lives exactly as long as one reply: the cache, the strategies built for it, the
 statistics and the text. ``Session`` owns what outlives it (models, kept prefill, policies,
-acceptance calibration) and starts one of these per ``generate``.
+acceptance calibration) and starts one of these per ``generate``, handing it a ``Setup``:
+nothing here reaches back up to the session.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Generator, Iterator, Mapping, MutableMapping, Sequence
-from dataclasses import replace
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Generator, Iterator, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, replace
 
 import mlx.core as mx
 
+from engine_mlx.auto import Policy
 from engine_mlx.backend import backend_info
 from engine_mlx.config import GenerationConfig
 from engine_mlx.decoding.acceptance import replay
@@ -25,13 +26,11 @@ from engine_mlx.decoding.strategies import Drafter, Strategy
 from engine_mlx.decoding.tree import CandidateTree
 from engine_mlx.events import Event, Finished, ModeSwitch, PrefillProgress, Started, Tokens
 from engine_mlx.kernels import launch
+from engine_mlx.models.target import TargetModel
 from engine_mlx.modes import Mode
-from engine_mlx.prompt_cache import PrefilledPrompt, snapshot_cache
+from engine_mlx.prompt_cache import PrefilledPrompt, PrefillSlot, snapshot_cache
 from engine_mlx.reply_text import ReplyText
 from engine_mlx.stats import StatsTracker
-
-if TYPE_CHECKING:
-    from engine_mlx.session import Session
 
 
 class DrafterGroup:
@@ -76,30 +75,45 @@ class DrafterGroup:
             (d.observe if d is active else d.defer)(ids, sub)
 
 
+@dataclass(frozen=True)
+class Setup:
+    """What a generation takes from the session that starts it, fixed when it is built: the
+    target, its limits, the drafters of its mode, auto mode's policy (None in a fixed mode),
+    how a mode's strategy is built, and where the prefill is kept (None: not kept)."""
+
+    target: TargetModel
+    max_context: int
+    eos: frozenset[int]
+    drafters: list[Drafter]
+    policy: Policy | None
+    build_strategy: Callable[..., Strategy]
+    kept: PrefillSlot | None
+
+
 class Generation:
     """Yields Started, PrefillProgress*, Tokens*, then Finished; cancellable between prefill
     chunks and between steps, the points where no MLX work is half done."""
 
     def __init__(
         self,
-        session: Session,
+        setup: Setup,
         prompt: list[int],
         config: GenerationConfig,
         mode: Mode,
         cancel: threading.Event,
         sampler: Sampler,
     ) -> None:
-        self.session, self.target = session, session.target
+        self.setup, self.target = setup, setup.target
         self.prompt, self.config, self.cancel, self.sampler = prompt, config, cancel, sampler
         self.requested = mode
-        self.max_context = session.max_context
+        self.max_context = setup.max_context
         self.stats = StatsTracker(len(prompt), self.max_context)
         self._kernel_calls = launch.CALLS.snapshot()  # stats.kernels: this reply's calls
-        self.eos = set() if config.ignore_eos else session.eos
+        self.eos = set() if config.ignore_eos else set(setup.eos)
         self.cache = self.target.make_cache()
-        self.group = DrafterGroup(session.drafters_for(mode))
+        self.group = DrafterGroup(setup.drafters)
         self.lookup = NGramIndex() if config.lookup else None
-        self.policy = session.policy(config) if mode is Mode.AUTO else None
+        self.policy = setup.policy
         self.strategies: dict[Mode, Strategy] = {}
         self.text = ReplyText(
             self.target.tokenizer, config.stop_strings, self.target.thinking, prompt
@@ -131,13 +145,13 @@ class Generation:
     def _prefill(self) -> Generator[Event, None, mx.array | None]:
         """Feeds the prompt in chunks (from a kept prefill where it serves); returns the last
         position's logits, or None when cancelled."""
-        session, target, prompt, group = self.session, self.target, self.prompt, self.group
+        slot, target, prompt, group = self.setup.kept, self.target, self.prompt, self.group
         capture = group.capture
-        keep = session.keep_capture() if session.reuse_prompt else capture
+        keep = slot.capture if slot is not None else capture
         logits, first = None, 0
         chunks: list[tuple[list[int], list[mx.array]]] = []
-        kept = session.prefilled
-        if session.reuse_prompt and kept is not None and kept.serves(prompt, keep):
+        kept = slot.prefilled if slot is not None else None
+        if kept is not None and kept.serves(prompt, keep):
             self.cache = kept.restore_cache()
             logits, first, chunks = kept.logits, len(kept.ids), list(kept.chunks)
             fresh = group.restore(kept.drafters)
@@ -148,7 +162,7 @@ class Generation:
             if self.lookup is not None:
                 self.lookup.extend(list(kept.ids))
             self.stats.reused_prompt_tokens = first
-        elif session.reuse_prompt and kept is not None and not target.is_hybrid:
+        elif kept is not None and not target.is_hybrid:
             first = kept.common_prefix(prompt, keep)
             if first > 0:  # the shared beginning: the cache cut back to it, features replayed
                 self.cache = kept.restore_cache()
@@ -170,16 +184,16 @@ class Generation:
             mx.eval(logits, out.features)
             if group.drafters:
                 group.observe_all(chunk_ids, [out.features[keep.index(i)] for i in capture])
-            if session.reuse_prompt:
+            if slot is not None:
                 chunks.append((chunk_ids, out.features))
             if self.lookup is not None:
                 self.lookup.extend(chunk_ids)
             yield PrefillProgress(min(start + size, len(prompt)), len(prompt))
-        if session.reuse_prompt and first < len(prompt):
-            session.prefilled = PrefilledPrompt(
+        if slot is not None and first < len(prompt):
+            slot.prefilled = PrefilledPrompt(
                 tuple(prompt), keep, snapshot_cache(self.cache), logits, chunks
             )
-            group.keep(session.prefilled.drafters, group.drafters)
+            group.keep(slot.prefilled.drafters, group.drafters)
         return logits
 
     # --- decode -------------------------------------------------------------------------
@@ -187,7 +201,7 @@ class Generation:
     def _strategy(self, mode: Mode) -> Strategy:
         if mode not in self.strategies:
             planner = getattr(self.policy, "plan_length", None)
-            self.strategies[mode] = self.session.build_strategy(
+            self.strategies[mode] = self.setup.build_strategy(
                 mode, self.config, self.cache, self.sampler, self.lookup, self.group, planner
             )
         return self.strategies[mode]

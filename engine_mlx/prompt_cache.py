@@ -107,3 +107,12 @@ def kv_until_offset(cache: Any) -> tuple[mx.array, mx.array, int]:
     room in place)."""
     n = cache.offset
     return cache.keys[..., :n, :], cache.values[..., :n, :], n
+
+
+@dataclass
+class PrefillSlot:
+    """Where a session keeps its last prefill for the next reply, and the layers every one of
+    its drafters reads (so a kept prefill serves them all). A generation fills it."""
+
+    capture: tuple[int, ...]
+    prefilled: PrefilledPrompt | None = None

@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 from engine_mlx.auto import (
     CostModelPolicy,
     ExpectedRatePolicy,
+    Policy,
     StepCosts,
     ThresholdPolicy,
     load_or_calibrate,
@@ -31,14 +32,13 @@ from engine_mlx.decoding.strategies import (
 )
 from engine_mlx.errors import ContextOverflowError, EngineError
 from engine_mlx.events import Error, Event
-from engine_mlx.generation import DrafterGroup, Generation
+from engine_mlx.generation import DrafterGroup, Generation, Setup
 from engine_mlx.models.target import TargetModel
 from engine_mlx.modes import Mode, auto_candidates
-from engine_mlx.prompt_cache import PrefilledPrompt
+from engine_mlx.prompt_cache import PrefilledPrompt, PrefillSlot
 from engine_mlx.thinking import ThinkingBudget
 
 log = logging.getLogger(__name__)
-Policy = ExpectedRatePolicy | CostModelPolicy | ThresholdPolicy
 
 
 class Session:
@@ -55,7 +55,6 @@ class Session:
     ) -> None:
         self.target = target
         self.reuse_prompt = reuse_prompt  # keep the last prefill (``prompt_cache``)
-        self.prefilled: PrefilledPrompt | None = None
         self.drafter = drafter
         self.mtp = mtp
         self.mtp_unavailable = mtp_unavailable if mtp is None else ""
@@ -63,6 +62,16 @@ class Session:
         self._calibrators: dict[tuple[Mode, bool], AcceptanceCalibrator] = {}
         self._policies: dict[tuple, Policy] = {}
         self._step_costs: StepCosts | None = None
+        self._kept = PrefillSlot(())
+
+    @property
+    def prefilled(self) -> PrefilledPrompt | None:
+        """The last prefill, kept for the next reply (``reuse_prompt``)."""
+        return self._kept.prefilled
+
+    @prefilled.setter
+    def prefilled(self, value: PrefilledPrompt | None) -> None:
+        self._kept.prefilled = value
 
     def keep_capture(self) -> tuple[int, ...]:
         """Every layer any of this session's drafters reads, so a kept prefill serves all."""
@@ -183,4 +192,19 @@ class Session:
         cancel = cancel or threading.Event()
         for calibrator in self._calibrators.values():
             calibrator.new_text()
-        yield from Generation(self, list(prompt_ids), config, mode, cancel, sampler).events()
+        yield from Generation(self._setup(config, mode), list(prompt_ids), config, mode, cancel,
+                              sampler).events()  # fmt: skip
+
+    def _setup(self, config: GenerationConfig, mode: Mode) -> Setup:
+        """What one generation takes from this session (``generation.Setup``)."""
+        if self.reuse_prompt:
+            self._kept.capture = self.keep_capture()
+        return Setup(
+            target=self.target,
+            max_context=self.max_context,
+            eos=frozenset(self.eos),
+            drafters=self.drafters_for(mode),
+            policy=self.policy(config) if mode is Mode.AUTO else None,
+            build_strategy=self.build_strategy,
+            kept=self._kept if self.reuse_prompt else None,
+        )

@@ -12,9 +12,12 @@ from engine_mlx.auto.policy import CostModelPolicy, ThresholdPolicy
 from engine_mlx.auto.rate_policy import ExpectedRatePolicy
 from engine_mlx.auto.step_costs import StepCosts, load_or_calibrate
 
+Policy = ExpectedRatePolicy | CostModelPolicy | ThresholdPolicy
+
 __all__ = [
     "CostModelPolicy",
     "ExpectedRatePolicy",
+    "Policy",
     "StepCosts",
     "ThresholdPolicy",
     "load_or_calibrate",
