@@ -24,6 +24,11 @@
 
 /* e^x for x <= 0, a vector at a time with AVX-512 or AVX2 (2^n * a polynomial in the rest,
  * about 2 ulp); the scalar expf elsewhere. Either way the same function for every row. */
+#if VW == 16 || (defined(__AVX2__) && defined(__FMA__))
+static const float EXP_POLY[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                                  4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+#endif
+
 static void exp_in_place(float *x, int n) {
   int i = 0;
 #if VW == 16
@@ -34,12 +39,8 @@ static void exp_in_place(float *x, int n) {
     const __m512 m = _mm512_roundscale_ps(_mm512_mul_ps(a, log2e), _MM_FROUND_TO_NEAREST_INT);
     a = _mm512_fnmadd_ps(m, ln2_hi, a);
     a = _mm512_fnmadd_ps(m, ln2_lo, a);
-    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-    p = _mm512_fmadd_ps(p, a, _mm512_set1_ps(1.3981999507e-3f));
-    p = _mm512_fmadd_ps(p, a, _mm512_set1_ps(8.3334519073e-3f));
-    p = _mm512_fmadd_ps(p, a, _mm512_set1_ps(4.1665795894e-2f));
-    p = _mm512_fmadd_ps(p, a, _mm512_set1_ps(1.6666665459e-1f));
-    p = _mm512_fmadd_ps(p, a, _mm512_set1_ps(5.0000001201e-1f));
+    __m512 p = _mm512_set1_ps(EXP_POLY[0]);
+    for (int c = 1; c < 6; c++) p = _mm512_fmadd_ps(p, a, _mm512_set1_ps(EXP_POLY[c]));
     p = _mm512_fmadd_ps(p, _mm512_mul_ps(a, a), _mm512_add_ps(a, _mm512_set1_ps(1.0f)));
     _mm512_storeu_ps(x + i, _mm512_scalef_ps(p, m));
   }
@@ -52,12 +53,8 @@ static void exp_in_place(float *x, int n) {
                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     a = _mm256_fnmadd_ps(m, ln2_hi, a);
     a = _mm256_fnmadd_ps(m, ln2_lo, a);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, a, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, a, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, a, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, a, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, a, _mm256_set1_ps(5.0000001201e-1f));
+    __m256 p = _mm256_set1_ps(EXP_POLY[0]);
+    for (int c = 1; c < 6; c++) p = _mm256_fmadd_ps(p, a, _mm256_set1_ps(EXP_POLY[c]));
     p = _mm256_fmadd_ps(p, _mm256_mul_ps(a, a), _mm256_add_ps(a, _mm256_set1_ps(1.0f)));
     /* 2^m from its exponent bits: m >= -126 here (x >= -87), a normal number */
     const __m256i two_m = _mm256_slli_epi32(

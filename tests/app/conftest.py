@@ -3,11 +3,13 @@ and tiny companions."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from app.main_window import MainWindow
+from app.storage import ConversationStore
 from tests.support.library_fixtures import (  # noqa: F401  (fixtures)
     companions,
     hf_weights,
@@ -41,3 +43,16 @@ def make_window(qtbot, tiny_model_dir, tmp_path):
     for win in windows:
         if win.isVisible():
             win.close()
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    """Where a test's history file goes (not created)."""
+    return tmp_path / "data" / "history.sqlite3"
+
+
+@pytest.fixture
+def store(db_path: Path) -> Iterator[ConversationStore]:
+    """A history file opened at ``db_path``, closed after the test."""
+    with ConversationStore(db_path) as opened:
+        yield opened

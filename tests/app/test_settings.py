@@ -4,24 +4,10 @@ newer app's keys survive a save."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from app.settings import AppSettings, load_settings, save_settings
 from app.storage import ConversationStore
-
-
-@pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "data" / "history.sqlite3"
-
-
-@pytest.fixture
-def store(db_path: Path) -> Iterator[ConversationStore]:
-    with ConversationStore(db_path) as opened:
-        yield opened
 
 
 def test_settings_round_trip(store: ConversationStore) -> None:

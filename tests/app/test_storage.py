@@ -20,17 +20,6 @@ from app.storage_schema import SCHEMA_V1, SCHEMA_VERSION
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "data" / "history.sqlite3"
-
-
-@pytest.fixture
-def store(db_path: Path) -> Iterator[ConversationStore]:
-    with ConversationStore(db_path) as opened:
-        yield opened
-
-
 @pytest.fixture(params=["fts5", "like"])
 def search_store(
     request: pytest.FixtureRequest, db_path: Path, monkeypatch: pytest.MonkeyPatch
