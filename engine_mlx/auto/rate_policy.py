@@ -40,11 +40,10 @@ switching to each mode for a few steps, and ``policy.ThresholdPolicy``) remain s
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from statistics import median
 
+from engine_mlx.auto.mode_record import SETTLE_STEPS, ModeRecord
 from engine_mlx.auto.policy import Choice, _switch_reason
 from engine_mlx.auto.step_costs import StepCosts
 from engine_mlx.decoding.strategies import LengthPlan
@@ -54,107 +53,17 @@ from engine_mlx.stats import StepStats
 SMOOTHING = 0.3
 TRUST_ABOVE_EXPECTED = 2.0  # realised tokens count up to this multiple of the plans' expectation
 LOOK_BUDGET = 0.02  # looks at all modes together take at most this share of the time
-HONESTY_PRIOR = 3.0  # drafted tokens of evidence at face value every honesty estimate starts from
 TRIAL_WITHIN = 0.75  # a mode whose look comes this close to the best rate is tried once a reply
-NEW_REPLY_MEMORY = 0.5  # share of a mode's honesty evidence that a new reply keeps
 PLAN_HONESTY = (0.5, 2.0)  # the running mode's plans scale its scores by honesty, within this
 # A trial needs a look that would win were its drafted tokens this many times what it expects:
 # the most the plans themselves may believe.
 TRIAL_UPSIDE = PLAN_HONESTY[1]
-RECENT_TIMINGS = 7  # a mode's draft and overhead times are the median of this many steps
 CUED_LOOK_EVERY = 2  # steps between looks at a mode while prompt lookup alone beats plain
 CUE_MARGIN = 1.25  # by this factor: a two-token match is common and rarely worth a look
 IDLE_TRIAL_STEPS = 3  # steps whose plans verified no draft after which a trial is used up
-SETTLE_STEPS = 3  # drafted steps a newly joined mode runs before its own rate can send it away
 # The margin a look must clear to rejoin a mode doubles each time that mode, in this reply,
 # ran behind plain decoding and was left.
 REJOIN_BACKOFF = 2.0
-
-
-@dataclass
-class _Timing:
-    """The median of a mode's last few timings of one part of a step. A mean is pulled by
-    the odd step a page fault or the collector made 200 ms slower: smoothed at 0.3, one such
-    step added 60 ms to every later MTP step's predicted cost, which sent auto from MTP (1.22x
-    plain on that text) to plain decoding for 25 steps (Qwen, code at depth 1k)."""
-
-    samples: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_TIMINGS))
-
-    @property
-    def known(self) -> bool:
-        return bool(self.samples)
-
-    @property
-    def seconds(self) -> float:
-        return median(self.samples) if self.samples else 0.0
-
-    def add(self, seconds: float) -> None:
-        self.samples.append(seconds)
-
-
-@dataclass
-class _Drafting:
-    """What one drafting mode has shown: kept across replies, refreshed by every step."""
-
-    expected: float | None = None  # tokens per step its plans expected when it ran
-    realised: float | None = None  # tokens per step it committed when it ran
-    # Tokens per verify forward when it ran (root included; None until its first plan since
-    # it was chosen), priced as such: rounded, MTP's 1.5 tokens a step (plans verifying its
-    # draft or declining it) were priced as one, then two, and its rate jumped by 20% from
-    # one step to the next.
-    verified: float | None = None
-    draft: _Timing = field(default_factory=_Timing)  # seconds per proposal
-    rest: _Timing = field(default_factory=_Timing)  # beside draft and forward: acceptance, ...
-    look: LengthPlan | None = None  # what its latest looks promised (smoothed)
-    look_pace: float = 1.0  # the machine's pace (``StepCosts.pace``) when ``look`` was priced
-    # Seconds one look takes (a draft: grows with the context), the median of the last few:
-    # smoothed, a reply's first look at depth 47 (81 ms, the drafter's first draft) against
-    # 13 for the next ones stretched the looks' budget interval to 30 steps, and auto decoded
-    # a code reply in MTP for 16 steps where DFlash2 committed 4-7 tokens a step.
-    look_time: _Timing = field(default_factory=_Timing)
-    # Drafted tokens committed and drafted tokens its plans expected, decayed sums over its
-    # recent steps (``honesty``): the selector's estimates are calibrated per draft position,
-    # not per text or depth, so a look is scaled by how honest they were when the mode ran.
-    # Each draft counts whole, judged by the text once written (``observe_drafts``), not by
-    # the part its plan verified: that part cannot show what the rest was worth.
-    committed_extra: float = 0.0
-    expected_extra: float = 0.0
-    raw_expected: float | None = None  # the latest plan's tokens by its unscaled scores
-    last_look: int = -(10**9)  # policy step of its last look or step
-    look_every: int = 4
-    ran_this_reply: bool = False
-    fresh_look_due: bool = False  # a new reply: look at it before its first step, running or not
-    idle_steps_this_reply: int = 0  # its steps in this reply whose plans verified no draft
-    steps_since_join: int = 0  # its steps that verified a draft since it was last chosen
-    defeats: int = 0  # times in this reply it ran behind plain decoding and was left
-
-    @property
-    def honesty(self) -> float:
-        """Committed per expected drafted token: a ratio of sums, not a mean of per-step
-        ratios (a step that expected 0.6 extra tokens and got none is not a verdict), pulled
-        toward 1 by ``HONESTY_PRIOR`` tokens of evidence. Over a whole suite the selector's
-        estimates are honest (Qwen, 116 drafted steps: 298.7 tokens expected, 296
-        committed), so one step is weak evidence against them: with a prior of one token, a
-        first step that expected 2.2 and committed 1 halved the next plans' scores, they
-        declined three drafts, and the trial of DFlash2 was used up on text where it ran at
-        1.23x plain (prose at depth 0; auto 0.93x)."""
-        return (self.committed_extra + HONESTY_PRIOR) / (self.expected_extra + HONESTY_PRIOR)
-
-    def new_reply(self) -> None:
-        """New text: what the estimates were worth on the last one counts for less. (Kept
-        whole, a drafter's over-promise on math, honesty 0.24, scaled its look at a code reply
-        it would have decoded at 2.6x down below plain decoding, so auto never tried it.)"""
-        self.committed_extra *= NEW_REPLY_MEMORY
-        self.expected_extra *= NEW_REPLY_MEMORY
-        self.ran_this_reply = False
-        self.idle_steps_this_reply = 0
-        self.defeats = 0
-        # What it committed on the last text is no rate for this one: until its first step
-        # here, a mode is rated by its look at this text (``fresh_look_due``). Nor does the
-        # reply's first mode settle: it was chosen on the last text's looks.
-        self.realised = self.expected = self.verified = None
-        self.steps_since_join = SETTLE_STEPS
-        self.fresh_look_due = True
 
 
 @dataclass
@@ -166,7 +75,7 @@ class ExpectedRatePolicy:
     max_look_every: int = 32
     forced: Mode | None = None
     _costs: StepCosts | None = None
-    _drafting: dict[Mode, _Drafting] = field(default_factory=dict)
+    _drafting: dict[Mode, ModeRecord] = field(default_factory=dict)
     _steps: int = 0
     _previous: Mode | None = None  # the mode of the last observed step
 
@@ -176,8 +85,8 @@ class ExpectedRatePolicy:
             self._costs = self.costs_source()
         return self._costs
 
-    def _state(self, mode: Mode) -> _Drafting:
-        return self._drafting.setdefault(mode, _Drafting(look_every=self.look_every))
+    def _state(self, mode: Mode) -> ModeRecord:
+        return self._drafting.setdefault(mode, ModeRecord(look_every=self.look_every))
 
     # --- rates ---------------------------------------------------------------------------
 
@@ -198,7 +107,7 @@ class ExpectedRatePolicy:
         seconds = state.draft.seconds + state.rest.seconds + self.costs.verify_s(verified, depth)
         return LengthPlan(round(verified) - 1, max(1.0, tokens), seconds)
 
-    def _repriced(self, state: _Drafting) -> LengthPlan | None:
+    def _repriced(self, state: ModeRecord) -> LengthPlan | None:
         """A look at the machine's present pace: priced when the machine was idle, a look
         taken while plain decoding runs on a busy one would promise steps at the idle
         machine's speed, and win against plain decoding's steps timed now."""
@@ -208,7 +117,7 @@ class ExpectedRatePolicy:
         scale = self.costs.pace / state.look_pace
         return LengthPlan(look.nodes, look.expected_tokens, look.predicted_s * scale)
 
-    def _set_look(self, state: _Drafting, plan: LengthPlan) -> None:
+    def _set_look(self, state: ModeRecord, plan: LengthPlan) -> None:
         state.look, state.look_pace = plan, self.costs.pace
 
     # --- looks ---------------------------------------------------------------------------

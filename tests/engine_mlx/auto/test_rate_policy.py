@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
+from engine_mlx.auto.mode_record import SETTLE_STEPS
 from engine_mlx.auto.policy import Choice
 from engine_mlx.auto.rate_policy import (
     CUED_LOOK_EVERY,
     IDLE_TRIAL_STEPS,
     LOOK_BUDGET,
-    SETTLE_STEPS,
     ExpectedRatePolicy,
 )
 from engine_mlx.auto.step_costs import StepCosts
