@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, QEvent, QObject, Qt, QThread, QTimer, Signal, Slot
+from PySide6.QtCore import QByteArray, QEvent, QObject, Qt, QThread, Signal, Slot
 from PySide6.QtGui import (
     QAction,
     QCloseEvent,
@@ -29,7 +28,6 @@ from PySide6.QtGui import (
     QShortcut,
 )
 from PySide6.QtWidgets import (
-    QApplication,
     QCheckBox,
     QHBoxLayout,
     QLabel,
@@ -43,6 +41,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.ask_mode import OVERRIDES, AskAndQuit
 from app.connect_dialog import ConnectDialog
 from app.download_worker import LibraryWorker
 from app.engine_worker import EngineWorker
@@ -51,20 +50,20 @@ from app.history_file import default_database_path, move_aside
 from app.history_transfer import HistoryTransfer
 from app.local_server import LocalServer
 from app.messages import LiveUpdate, ModelInfo
+from app.remote_models import saved_remote_models
 from app.settings import AppSettings, load_settings, save_settings
 from app.settings_dialog import SettingsDialog
 from app.storage import ConversationStore, StorageError
+from app.widgets.banners import ErrorBanner, StorageBanner
 from app.widgets.chat_view import ChatView
 from app.widgets.conversation_list import ConversationList
 from app.widgets.library_view import LibraryView, source_from_mime
 from app.widgets.model_bar import ModelBar
 from app.widgets.speed_panel import SpeedPanel
-from engine_mlx.errors import EngineError
 from engine_mlx.events import Finished, ModeSwitch, Started, Tokens
 from engine_mlx.library.hub import endpoint_hosts
 from engine_mlx.library.sources import SourceError, parse_drop
 from engine_mlx.modes import Mode, fallback
-from engine_mlx.remote import Endpoint
 from engine_mlx.version import version
 
 
@@ -144,9 +143,7 @@ class MainWindow(QMainWindow):
         unusable = self.store.is_temporary
         if unusable:
             message += "\nUntil then, chats in this window are not saved."
-        self.storage_label.setText(message)
-        self.storage_fresh_button.setVisible(unusable)
-        self.storage_banner.show()
+        self.storage_banner.show_problem(message, unusable)
 
     @contextmanager
     def _storage(self) -> Iterator[None]:
@@ -191,29 +188,10 @@ class MainWindow(QMainWindow):
             "Replies are generated on this machine. The panel on the right shows the decoding "
             "speed live, how many drafted tokens the model accepts, and how full the context is."
         )
-        self.error_label = QLabel(self)
-        self.error_label.setAccessibleName("Error")
-        self.error_label.setWordWrap(True)
-        self.error_label.setStyleSheet(
-            "QLabel { color: #ffffff; background: #c0392b; padding: 6px; border-radius: 4px; }"
-        )
-        self.error_label.hide()
-        self.storage_banner = QWidget(self)
-        self.storage_banner.setAccessibleName("History problem")
-        self.storage_banner.setStyleSheet(
-            "QWidget#storageBanner { background: #fdf2d0; border: 1px solid #e0b84c; "
-            "border-radius: 4px; } QLabel { color: #4a3b00; }"
-        )
-        self.storage_banner.setObjectName("storageBanner")
-        self.storage_label = QLabel(self.storage_banner)
-        self.storage_label.setWordWrap(True)
-        self.storage_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.storage_fresh_button = QPushButton("Move it aside and start fresh", self)
-        self.storage_fresh_button.setAccessibleName("Start a fresh history")
-        banner_row = QHBoxLayout(self.storage_banner)
-        banner_row.addWidget(self.storage_label, 1)
-        banner_row.addWidget(self.storage_fresh_button)
-        self.storage_banner.hide()
+        self.error_label = ErrorBanner(self)
+        self.storage_banner = StorageBanner(self)
+        self.storage_label = self.storage_banner.label
+        self.storage_fresh_button = self.storage_banner.fresh_button
         self.prompt_edit = QPlainTextEdit(self)
         self.prompt_edit.setAccessibleName("Prompt")
         self.prompt_edit.setPlaceholderText("Message FlashChat…  (Ctrl+Enter sends, Esc stops)")
@@ -310,7 +288,7 @@ class MainWindow(QMainWindow):
         about = self.menuBar().addMenu("&Help").addAction("About FlashChat")
         about.setMenuRole(QAction.MenuRole.AboutRole)  # macOS: in the application menu
         about.triggered.connect(self.show_about)
-        self.model_bar.remote_specs = self._saved_remote_models()
+        self.model_bar.remote_specs = saved_remote_models(self.settings.remote_models)
         self.model_bar.refresh()
 
     def _start_worker(self) -> None:
@@ -578,50 +556,13 @@ class MainWindow(QMainWindow):
         )
 
     def ask_and_quit(self, text: str) -> None:
-        """Once the model is loaded, send ``text``; print the reply and close the window when
-        it is done (``flashchat --ask``: a smoke test of an installation or a bundle). An
-        error is printed and ends the application with status 1. Greedy and at most 64 tokens,
-        so the same installation gives the same answer (the saved settings are not changed)."""
-        self._ask = text
-        self._overrides = {"temperature": 0.0, "max_tokens": 64}
-        self.worker.model_loaded.connect(self._ask_when_loaded)
-        self.worker.finished.connect(self._print_reply_and_quit)
-        self.worker.error.connect(self._fail_and_quit)
-
-    @Slot(object)
-    def _ask_when_loaded(self, _info: object) -> None:
-        self.prompt_edit.setPlainText(self._ask)
-        QTimer.singleShot(0, self.send)
-
-    @Slot(object)
-    def _print_reply_and_quit(self, event: Finished) -> None:
-        print(event.text, flush=True)
-        QTimer.singleShot(0, self.close)  # after the window has stored the reply
-
-    @Slot(str)
-    def _fail_and_quit(self, message: str) -> None:
-        print(f"error: {message}", file=sys.stderr, flush=True)
-        self.close()  # stops the worker threads first (exiting with them running aborts)
-        QApplication.exit(1)
+        """Answer ``text`` once loaded, print the reply and close (``app.ask_mode``)."""
+        self._overrides = dict(OVERRIDES)
+        self._asker = AskAndQuit(self, text)
 
     @Slot()
     def show_about(self) -> None:
         QMessageBox.about(self, "About FlashChat", self.about_text())
-
-    def _saved_remote_models(self) -> list[str]:
-        """The remote models added with Connect… (damaged entries are dropped)."""
-        try:
-            specs = json.loads(self.settings.remote_models)
-        except ValueError:
-            return []
-        valid = []
-        for spec in specs if isinstance(specs, list) else []:
-            try:
-                Endpoint.from_spec(str(spec))
-            except EngineError:
-                continue
-            valid.append(str(spec))
-        return valid
 
     @Slot()
     def open_connect(self) -> None:
@@ -630,7 +571,7 @@ class MainWindow(QMainWindow):
         if not dialog.exec():
             return
         spec = dialog.endpoint().to_spec()
-        specs = [s for s in self._saved_remote_models() if s != spec] + [spec]
+        specs = [s for s in saved_remote_models(self.settings.remote_models) if s != spec] + [spec]
         self.settings = replace(self.settings, remote_models=json.dumps(specs))
         with self._storage():
             save_settings(self.store, self.settings)
@@ -771,8 +712,7 @@ class MainWindow(QMainWindow):
         self.statusBar().showMessage(text or self._backend_summary)
 
     def _on_error(self, message: str) -> None:
-        self.error_label.setText(message)
-        self.error_label.show()
+        self.error_label.show_message(message)
         if self.generating:
             self.generating = False
             self.chat.finish_assistant(-1, None, "cancelled")

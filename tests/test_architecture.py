@@ -113,7 +113,7 @@ def test_a_cycle_is_found():
 
 MAX_MODULE_LINES = 500
 # Modules still over the limit, each at most this long: the list only shrinks.
-STILL_LONG = {"app.main_window": 814}
+STILL_LONG = {"app.main_window": 754}
 DECODE_LOOP = ("engine_mlx.generation", "engine_mlx.decoding.strategies", "engine_mlx.session")
 MAX_FUNCTION_LINES = 80
 
