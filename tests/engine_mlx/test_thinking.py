@@ -110,6 +110,7 @@ def test_a_model_that_does_not_think_ignores_the_budget(tiny_target):
     assert with_budget.reasoning == ""
 
 
+@pytest.mark.slow  # the real demo model
 def test_the_demo_model_does_not_think(qwen_dir):
     from engine_mlx.api import load_target
 

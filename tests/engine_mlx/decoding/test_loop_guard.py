@@ -119,6 +119,7 @@ def test_the_command_line_turns_it_on(tiny_model_dir, capsys):
     assert last["reason"] == "repetition" and last["stats"]["generated_tokens"] < 400
 
 
+@pytest.mark.slow  # the real demo model
 def test_the_demo_model_loop_at_the_apps_sampling_is_stopped(qwen_dir):
     """Qwen2.5-Coder, asked for 50 zeros at the app's sampling (seed 0), writes "0, " past
     the fiftieth and on to the token limit; the guard stops it at the token it names on the
