@@ -8,6 +8,7 @@ Built like the other kernels (``small_gemm.library_path``: the system C compiler
 from __future__ import annotations
 
 import ctypes
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,22 @@ import numpy as np
 from engine_mlx.cpu.small_gemm import library_path
 
 SOURCE = Path(__file__).with_name("exact_attention.c")
+
+
+@dataclass(frozen=True)
+class Slots:
+    """Every row's allowed cache slots as the C side reads them: row r's are
+    ``idx[starts[r] : starts[r + 1]]``."""
+
+    idx: np.ndarray
+    starts: np.ndarray
+
+    @staticmethod
+    def of(allowed: list[np.ndarray]) -> Slots:
+        starts = np.zeros(len(allowed) + 1, dtype=np.int32)
+        starts[1:] = np.cumsum([len(a) for a in allowed])
+        idx = np.ascontiguousarray(np.concatenate(allowed) if allowed else [], dtype=np.int32)
+        return Slots(idx, starts)
 
 
 class ExactAttention:
@@ -44,14 +61,15 @@ class ExactAttention:
         queries: np.ndarray,
         keys: np.ndarray,
         values: np.ndarray,
-        allowed: list[np.ndarray],
+        allowed: list[np.ndarray] | Slots,
         scale: float,
         threads: int = 1,
         new: tuple[np.ndarray, np.ndarray, int] | None = None,
     ) -> np.ndarray:
         """``queries`` [rows, heads, d]; ``keys``/``values`` [kv_heads, slots, d] (a strided
         view of a cache is fine: slots must be rows of d floats); ``allowed[r]``: the cache
-        slots row r attends to, ascending (its positions in order). ``new`` = (keys, values,
+        slots row r attends to, ascending (its positions in order), or ``Slots.of`` them (a
+        forward's layers share them). ``new`` = (keys, values,
         split): slots from ``split`` on are these [kv_heads, n, d] rows instead (a forward's
         own, not yet in the cache). -> [rows, heads, d]."""
         q = np.ascontiguousarray(queries, dtype=np.float32)
@@ -64,9 +82,10 @@ class ExactAttention:
         k2, v2 = np.ascontiguousarray(k2, np.float32), np.ascontiguousarray(v2, np.float32)
         if k2.shape != v2.shape or k2.shape[0] != k.shape[0] or k2.shape[2] != d:
             raise ValueError(f"new rows of shape {k2.shape} do not fit a cache of {k.shape}")
-        starts = np.zeros(rows + 1, dtype=np.int32)
-        starts[1:] = np.cumsum([len(a) for a in allowed])
-        idx = np.ascontiguousarray(np.concatenate(allowed) if allowed else [], dtype=np.int32)
+        slots = allowed if isinstance(allowed, Slots) else Slots.of(allowed)
+        idx, starts = slots.idx, slots.starts
+        if len(starts) != rows + 1:
+            raise ValueError(f"allowed slots for {len(starts) - 1} rows, queries for {rows}")
         out = np.empty_like(q)
         status = self.library.ea_attend(
             rows, heads, k.shape[0], d, q.ctypes.data, k.ctypes.data, v.ctypes.data,

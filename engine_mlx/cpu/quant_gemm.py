@@ -1,4 +1,5 @@
-"""Load the product over MLX's affine-quantized weights (``quant_gemm.c``).
+"""Load the product over MLX's affine-quantized weights (``quant_gemm.c``), in one library with
+the decoder layer built on it (``quant_layer.c``, driven by ``cpu/quant_layer.py``).
 
 Built like the float32 product (``small_gemm.library_path``: the system C compiler,
 ``-march=native``, cached per machine) but loaded privately: nothing else calls it. Its
@@ -16,7 +17,8 @@ import numpy as np
 
 from engine_mlx.cpu.small_gemm import library_path
 
-SOURCE = Path(__file__).with_name("quant_gemm.c")
+# The library: the product and, built on it, the decoder layer's few-row work (quant_layer.c).
+SOURCE = Path(__file__).with_name("quant_layer.c")
 BITS = (4, 8)
 GROUPS = (32, 64, 128)
 
@@ -32,6 +34,14 @@ class QuantGemm:
         lib.fq_gemm.argtypes = [*(ctypes.c_int,) * 5, *(ctypes.c_void_p,) * 5, *(ctypes.c_int,) * 2]
         lib.fq_dequantize.restype = ctypes.c_int
         lib.fq_dequantize.argtypes = [*(ctypes.c_int,) * 4, *(ctypes.c_void_p,) * 4, ctypes.c_int]
+        lib.fq_layer_inputs.restype = ctypes.c_int
+        lib.fq_layer_inputs.argtypes = [
+            ctypes.c_void_p, ctypes.c_int, *(ctypes.c_void_p,) * 6, ctypes.c_int, ctypes.c_int
+        ]  # fmt: skip
+        lib.fq_layer_outputs.restype = ctypes.c_int
+        lib.fq_layer_outputs.argtypes = [
+            ctypes.c_void_p, ctypes.c_int, *(ctypes.c_void_p,) * 3, ctypes.c_int, ctypes.c_int
+        ]  # fmt: skip
 
     def vector_width(self) -> int:
         """fp32 lanes per vector it was compiled for (16: AVX-512, 8: AVX2, 4: SSE/NEON)."""

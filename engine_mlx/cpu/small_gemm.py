@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -35,6 +36,11 @@ def compiler() -> str:
     return found
 
 
+def _included_sources(source: Path) -> list[str]:
+    """The C files ``source`` includes (``quant_layer.c`` builds on ``quant_gemm.c``)."""
+    return re.findall(r'^#include "([^"]+\.c)"', source.read_text(), flags=re.MULTILINE)
+
+
 def library_path(march: str = "native", source: Path = SOURCE) -> Path:
     """The compiled library of ``source`` (this product, or another C file beside it), built
     now if the cache does not hold it. ``march`` other than native (``x86-64-v3``: AVX2,
@@ -43,6 +49,7 @@ def library_path(march: str = "native", source: Path = SOURCE) -> Path:
     flags = (*FLAGS, f"-march={march}")
     digest = hashlib.sha256()
     headers = [h.read_bytes() for h in sorted(source.parent.glob("*.h"))]  # vectors.h
+    headers += [source.with_name(name).read_bytes() for name in _included_sources(source)]
     parts = (
         source.read_bytes(),
         *headers,

@@ -26,10 +26,19 @@ class NumpyRoPE:
     def takes(rope: object) -> bool:
         return type(rope) is nn.RoPE
 
+    @property
+    def key(self) -> tuple:
+        """Equal for rotations that turn rows alike (every layer of a model, usually)."""
+        return self.dims, self.traditional, self.scale, self.frequencies.tobytes()
+
+    def tables(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """cos and sin of each token's angles, [L, dims / 2] float32 (C-contiguous)."""
+        angles = (positions.astype(np.float32) * np.float32(self.scale))[:, None] * self.frequencies
+        return np.cos(angles), np.sin(angles)
+
     def __call__(self, x: np.ndarray, positions: np.ndarray) -> np.ndarray:
         """``x`` [..., L, D] rotated by each token's position (``positions`` [L])."""
-        angles = (positions.astype(np.float32) * np.float32(self.scale))[:, None] * self.frequencies
-        cos, sin = np.cos(angles), np.sin(angles)
+        cos, sin = self.tables(positions)
         half, out = self.dims // 2, x.copy()
         if self.traditional:
             first, second = x[..., 0 : self.dims : 2], x[..., 1 : self.dims : 2]

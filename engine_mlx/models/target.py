@@ -244,8 +244,9 @@ class TargetModel:
         rows, start = h.shape[1], cache[0].offset
         where = np.arange(start, start + rows) if positions is None else np.asarray(positions)
         x = np.asarray(h)[0]
+        shared = numpy_layers.ForwardRows(where, allowed)
         for lid, (layer, layer_cache) in enumerate(zip(self._numpy_layers, cache, strict=True)):
-            x = layer(x, layer_cache, where, allowed)
+            x = layer(x, layer_cache, shared)
             if lid in wanted:
                 captured[lid] = mx.array(x[None])
         numpy_layers.settle(cache)
