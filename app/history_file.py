@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from app.storage import StorageError
+from app.settings import AppSettings, load_settings
+from app.storage import ConversationStore, StorageError
 from engine_mlx.paths import user_data_dir
 
 
@@ -33,3 +34,18 @@ def move_aside(path: Path) -> Path:
 def default_database_path() -> Path:
     """The history file in FlashChat's data folder (FLASHCHAT_HOME overrides the folder)."""
     return user_data_dir() / "flashchat.sqlite3"
+
+
+def open_history(path: Path) -> tuple[ConversationStore, AppSettings, str]:
+    """The history file, its settings, and "" — or, when the file cannot be used, a store in
+    memory (the window works, nothing is saved), what it could read, and the reason."""
+    problem = ""
+    try:
+        store = ConversationStore(path)
+    except StorageError as exc:
+        problem = str(exc)
+        store = ConversationStore.temporary()
+    try:
+        return store, load_settings(store), problem
+    except StorageError as exc:
+        return store, AppSettings(), problem or str(exc)

@@ -34,3 +34,16 @@ class LiveUpdate:
     segments: tuple[tuple[str, bool], ...]  # (text, came from drafted tokens)
     latest: Tokens | None
     reasoning: str = ""  # reasoning streamed since the last update (a thinking model)
+
+
+def reply_record(model: ModelInfo | None, settings: dict) -> dict:
+    """What a reply was asked of, kept with its statistics (and so in exports): the model,
+    its companions, the requested mode and the sampling."""
+    sampling = ("temperature", "top_p", "top_k", "repetition_penalty", "max_tokens")
+    return {
+        "model": model.name if model else "",
+        "drafter": model.drafter if model else "",
+        "mtp_head": model.mtp if model else "",
+        "requested_mode": str(settings.get("mode", "")),
+        "sampling": {key: settings[key] for key in sampling if key in settings},
+    }

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 
+from PySide6.QtWidgets import QWidget
+
+from app.connect_dialog import ConnectDialog
 from engine_mlx.errors import EngineError
 from engine_mlx.remote import Endpoint
 
@@ -23,3 +26,13 @@ def saved_remote_models(saved: str) -> list[str]:
             continue
         valid.append(str(spec))
     return valid
+
+
+def ask_for_remote_model(parent: QWidget, saved: str) -> tuple[str, list[str]] | None:
+    """Connect…: the endpoint the person adds and the saved list with it (last), or None
+    when they cancel."""
+    dialog = ConnectDialog(parent)
+    if not dialog.exec():
+        return None
+    spec = dialog.endpoint().to_spec()
+    return spec, [s for s in saved_remote_models(saved) if s != spec] + [spec]

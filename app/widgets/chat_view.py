@@ -82,6 +82,11 @@ class ChatView(QWidget):
         super().__init__(parent)
         self.browser = QTextBrowser(self)
         self.browser.setAccessibleName("Conversation")
+        self.browser.setPlaceholderText(
+            "Start a conversation: type below and press Ctrl+Enter.\n\n"
+            "Replies are generated on this machine. The panel on the right shows the decoding "
+            "speed live, how many drafted tokens the model accepts, and how full the context is."
+        )
         self.browser.setOpenLinks(False)
         self.browser.setOpenExternalLinks(False)
         self.browser.document().setUndoRedoEnabled(False)  # read-only: no history to keep

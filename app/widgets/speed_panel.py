@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
 
 from app.widgets.panel_widgets import ContextGauge, NoticeLabel, ToggleSwitch
 from app.widgets.rate_chart import RateChart
+from engine_mlx.events import ModeSwitch
 from engine_mlx.modes import Mode
 from engine_mlx.modes import mode_label as mode_name
 
@@ -343,6 +344,10 @@ class SpeedPanel(QWidget):
         self._set_context(context_depth)
         if mode and mode != self._mode:
             self._set_mode(mode)
+
+    @Slot(object)
+    def show_mode_switch(self, event: ModeSwitch) -> None:
+        self.mode_switched(event.from_mode, event.to_mode, event.reason)
 
     def mode_switched(
         self, from_mode: str, to_mode: str, reason: str, now: float | None = None
