@@ -53,8 +53,9 @@ typedef struct {
   int m, n, k, bits, group, int8;
   const float *x;      /* [m, k] */
   const uint8_t *q;    /* [n, k * bits / 8] */
-  const float *scales; /* [n, k / group] */
-  const float *biases; /* [n, k / group] */
+  const void *scales;  /* [n, k / group]: float32, or float16 where ``half`` */
+  const void *biases;  /* [n, k / group], the same type */
+  int half;
   float *y;            /* [m, n] */
   /* The int8 path's view of x (see quantize_rows). */
   const int8_t *xq;  /* [m, chunks * 2 * CHUNK] */
@@ -64,6 +65,14 @@ typedef struct {
   int lane_group[16]; /* a chunk's lane l lies in its (lane_group[l])th group */
   int chunk_groups;   /* how many groups a chunk touches */
 } product;
+
+/* Scales and biases are float32, or float16 where the model file holds them as float16 (every
+ * mlx-community file; the loader checks they convert exactly): at 4 bits in groups of 64 they
+ * are a fifth of the bytes as float32, a ninth as float16. Float16 arrays end with at least 32
+ * spare entries (quant_gemm.py pads them), so a vector load may run past a row's last group. */
+static inline float param(const void *v, int half, size_t i) {
+  return half ? (float)((const _Float16 *)v)[i] : ((const float *)v)[i];
+}
 
 /* The pool that runs a product's parts (small_gemm.c's fc_parallel), or none: one thread. */
 static parallel_fn parallel;
@@ -183,9 +192,13 @@ typedef __m512i dots_i;
 #define I_LOAD(p) _mm512_loadu_si512((const void *)(p))
 
 /* Per-lane copies of a chunk's per-group values, from its first group's entry ``v``. */
-static inline __m512 spread(const product *p, const float *v, int available) {
+static inline __m512 halves(const void *v, size_t i) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)v + i)));
+}
+static inline __m512 spread(const product *p, const void *v, size_t i, int available) {
   const __mmask16 live = (__mmask16)((1u << live_groups(p, available)) - 1);
-  return _mm512_permutexvar_ps(_mm512_loadu_si512(p->lane_group), _mm512_maskz_loadu_ps(live, v));
+  const __m512 values = p->half ? halves(v, i) : _mm512_maskz_loadu_ps(live, (const float *)v + i);
+  return _mm512_permutexvar_ps(_mm512_loadu_si512(p->lane_group), values);
 }
 
 static inline __mmask16 first_lanes(int n) { return n >= 16 ? 0xFFFF : (__mmask16)((1u << n) - 1); }
@@ -224,9 +237,14 @@ typedef __m256i dots_i;
 static inline __m256i first_ints(int n) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
-static inline __m256 spread(const product *p, const float *v, int available) {
-  return _mm256_permutevar8x32_ps(_mm256_maskload_ps(v, first_ints(live_groups(p, available))),
-                                  _mm256_loadu_si256((const __m256i *)p->lane_group));
+static inline __m256 halves(const void *v, size_t i) {
+  return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)v + i)));
+}
+static inline __m256 spread(const product *p, const void *v, size_t i, int available) {
+  const __m256 values = p->half ? halves(v, i)
+                                : _mm256_maskload_ps((const float *)v + i,
+                                                     first_ints(live_groups(p, available)));
+  return _mm256_permutevar8x32_ps(values, _mm256_loadu_si256((const __m256i *)p->lane_group));
 }
 #define MASKED_LOAD(n, v) _mm256_maskload_ps(v, first_ints(n))
 #define F_SET1 _mm256_set1_ps
@@ -262,15 +280,20 @@ static inline __m256i dot8(__m256i lo, __m256i hi, __m256i x) {
 /* One output from its accumulator: the bias term and the centring's correction (see the top of
  * the file) added lane-wise over the groups, then the lanes summed. Vector work throughout: a
  * scalar chain of one multiply-add per group cost more than the product itself. */
+static inline dots_f group_values(const product *p, const void *v, size_t i, int live) {
+  return p->half ? halves(v, i) : MASKED_LOAD(live, (const float *)v + i);
+}
+
+/* (Lanes past the row's groups meet zero sums: whatever finite values they read add nothing.) */
 static inline float finish(const product *p, int bits, int row, int col, dots_f total) {
   const int groups = p->k / p->group;
-  const float *b = p->biases + (size_t)col * groups, *s = p->scales + (size_t)col * groups;
+  const size_t first = (size_t)col * groups;
   const float *sums = p->xsum + (size_t)row * groups, *res = p->xres + (size_t)row * groups;
   const dots_f middle = F_SET1(bits == 4 ? 8.0f : 128.0f);
   for (int g = 0; g < groups; g += LANES) {
     const int live = groups - g;
-    const dots_f correction = F_MUL(MASKED_LOAD(live, s + g), middle);
-    total = F_FMA(MASKED_LOAD(live, b + g), MASKED_LOAD(live, sums + g), total);
+    const dots_f correction = F_MUL(group_values(p, p->scales, first + g, live), middle);
+    total = F_FMA(group_values(p, p->biases, first + g, live), MASKED_LOAD(live, sums + g), total);
     total = F_FMA(correction, MASKED_LOAD(live, res + g), total);
   }
   return f_sum(total);
@@ -285,10 +308,10 @@ static inline float finish(const product *p, int bits, int row, int col, dots_f 
     const int chunks = (row_bytes + CHUNK - 1) / CHUNK, tail = row_bytes - (chunks - 1) * CHUNK; \
     const int shift = __builtin_ctz((unsigned)p->group);                                      \
     const uint8_t *w[J];                                                                      \
-    const float *s[J];                                                                        \
+    size_t s[J]; /* each weight row's first scale */                                          \
     for (int j = 0; j < J; j++) {                                                             \
       w[j] = p->q + (size_t)(j0 + j) * row_bytes;                                             \
-      s[j] = p->scales + (size_t)(j0 + j) * groups;                                           \
+      s[j] = (size_t)(j0 + j) * groups;                                                       \
     }                                                                                         \
     const int8_t *xr[R];                                                                      \
     const float *dr[R];                                                                       \
@@ -307,7 +330,7 @@ static inline float finish(const product *p, int bits, int row, int col, dots_f 
         const dots_i packed = weight_bytes(w[j] + (size_t)c * CHUNK, bytes);                  \
         const int whole = BITS == 8 && !SPLIT_BYTES;                                          \
         const dots_i lo = whole ? packed : low_nibbles(packed), hi = high_nibbles(packed);    \
-        const dots_f scale = spread(p, s[j] + first, groups - first);                         \
+        const dots_f scale = spread(p, p->scales, s[j] + first, groups - first);              \
         for (int r = 0; r < R; r++) {                                                         \
           const int8_t *xc = xr[r] + (size_t)c * 2 * CHUNK;                                   \
           const dots_i even = I_LOAD(xc);                                                     \
@@ -408,19 +431,18 @@ static inline vf bytes(const uint8_t *p) {
     for (int i = 0; i < R * J; i++) acc[i] = (vf){0};                                     \
     const int groups = p->k / p->group;                                                   \
     const uint8_t *qr[J];                                                                 \
-    const float *sr[J], *br[J];                                                           \
+    size_t first[J]; /* each weight row's first scale and bias */                         \
     for (int j = 0; j < J; j++) {                                                         \
       qr[j] = p->q + (size_t)(j0 + j) * p->k * BITS / 8;                                  \
-      sr[j] = p->scales + (size_t)(j0 + j) * groups;                                      \
-      br[j] = p->biases + (size_t)(j0 + j) * groups;                                      \
+      first[j] = (size_t)(j0 + j) * groups;                                               \
     }                                                                                     \
     const float *xr[R];                                                                   \
     for (int r = 0; r < R; r++) xr[r] = p->x + (size_t)(r0 + r) * p->k;                   \
     for (int g = 0; g < groups; g++) {                                                    \
       vf scale[J], bias[J];                                                               \
       for (int j = 0; j < J; j++) {                                                       \
-        scale[j] = splat(sr[j][g]);                                                       \
-        bias[j] = splat(br[j][g]);                                                        \
+        scale[j] = splat(param(p->scales, p->half, first[j] + g));                        \
+        bias[j] = splat(param(p->biases, p->half, first[j] + g));                         \
       }                                                                                   \
       const int end = (g + 1) * p->group;                                                 \
       for (int kk = g * p->group; kk < end; kk += VW) {                                   \
@@ -500,7 +522,8 @@ static void part(const void *ctx, int index, int parts) {
 typedef struct {
   int rows, k, bits, group;
   const uint8_t *q;
-  const float *scales, *biases;
+  const void *scales, *biases;
+  int half;
   float *out; /* [rows, k] */
 } unpacking;
 
@@ -512,8 +535,8 @@ static void unpack_part(const void *ctx, int index, int parts) {
     const uint8_t *q = u->q + (size_t)n * row_bytes;
     float *out = u->out + (size_t)n * u->k;
     for (int g = 0; g < groups; g++) {
-      const vf scale = splat(u->scales[(size_t)n * groups + g]);
-      const vf bias = splat(u->biases[(size_t)n * groups + g]);
+      const vf scale = splat(param(u->scales, u->half, (size_t)n * groups + g));
+      const vf bias = splat(param(u->biases, u->half, (size_t)n * groups + g));
       for (int kk = g * u->group; kk < (g + 1) * u->group; kk += VW) {
         store_vector(out + kk, (u->bits == 4 ? nibbles(q + kk / 2) : bytes(q + kk)) * scale + bias);
       }
@@ -524,12 +547,12 @@ static void unpack_part(const void *ctx, int index, int parts) {
 /* Rows [0, rows) of W as float32 into ``out`` ([rows, k]): mx.dequantize's values, within a
  * rounding (scale * q + bias fused). Prefill's many rows are faster through the BLAS than
  * through the few-row product. */
-int fq_dequantize(int rows, int k, int bits, int group, const uint32_t *q, const float *scales,
-                  const float *biases, float *out, int threads) {
+int fq_dequantize(int rows, int k, int bits, int group, const uint32_t *q, const void *scales,
+                  const void *biases, int half, float *out, int threads) {
   if (rows < 1 || k < 1 || (bits != 4 && bits != 8) || group < 32 || group % VW != 0 ||
       k % group != 0)
     return -1;
-  const unpacking u = {rows, k, bits, group, (const uint8_t *)q, scales, biases, out};
+  const unpacking u = {rows, k, bits, group, (const uint8_t *)q, scales, biases, half, out};
   if (parallel && threads > 1 && (long)rows * k >= SPLIT_WORK)
     parallel(unpack_part, &u, threads);
   else
@@ -555,12 +578,13 @@ void fq_set_pool(parallel_fn fn) { parallel = fn; }
  * ``threads`` > 1 splits the n output columns over the pool (when one is set); ``int8`` asks
  * for int8 activations, where the build has them. */
 int fq_gemm(int m, int n, int k, int bits, int group, const float *x, const uint32_t *q,
-            const float *scales, const float *biases, float *y, int threads, int int8) {
+            const void *scales, const void *biases, int half, float *y, int threads, int int8) {
   if (m < 1 || n < 1 || k < 1 || (bits != 4 && bits != 8) || group < 32 || group > 128 ||
       (group & (group - 1)) != 0 || k % group != 0)
     return -1;
   product p = {.m = m, .n = n, .k = k, .bits = bits, .group = group, .int8 = int8 && INT8_DOTS,
-               .x = x, .q = (const uint8_t *)q, .scales = scales, .biases = biases, .y = y};
+               .x = x, .q = (const uint8_t *)q, .scales = scales, .biases = biases,
+               .half = half, .y = y};
   char *scratch = 0;
 #if INT8_DOTS
   if (p.int8 && !(scratch = quantize_rows(&p))) return -2;

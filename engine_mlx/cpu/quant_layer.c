@@ -23,8 +23,9 @@
 /* One weight matrix in MLX's layout, as quant_gemm.c takes it; bias: [n] or NULL. */
 typedef struct {
   const uint32_t *q;
-  const float *scales, *biases, *bias;
-  int n, k, bits, group;
+  const void *scales, *biases; /* float32, or float16 where ``half`` (see quant_gemm.c) */
+  const float *bias;
+  int n, k, bits, group, half;
 } fq_matrix;
 
 /* A pre-norm decoder layer (llama, qwen2, qwen3): its shapes, norms and seven products. */
@@ -71,7 +72,7 @@ static int multiply_shared(const fq_matrix *const *w, float *const *y, int count
     s.p[i] = (product){.m = m, .n = w[i]->n, .k = w[i]->k, .bits = w[i]->bits,
                        .group = w[i]->group, .int8 = int8 && INT8_DOTS, .x = x,
                        .q = (const uint8_t *)w[i]->q, .scales = w[i]->scales,
-                       .biases = w[i]->biases, .y = y[i]};
+                       .biases = w[i]->biases, .half = w[i]->half, .y = y[i]};
   char *scratch = 0;
 #if INT8_DOTS
   if (s.p[0].int8) {

@@ -25,6 +25,7 @@ class _Matrix(ctypes.Structure):
         ("k", ctypes.c_int),
         ("bits", ctypes.c_int),
         ("group", ctypes.c_int),
+        ("half", ctypes.c_int),
     ]
 
 
@@ -88,7 +89,8 @@ class QuantLayer:
             bias = weights.biases.get(name)
             bias_address = self._address(bias) if bias is not None else None
             setattr(layer, name, _Matrix(
-                *matrix._pointers, bias_address, matrix.n, matrix.k, matrix.bits, matrix.group
+                *matrix._pointers, bias_address, matrix.n, matrix.k, matrix.bits, matrix.group,
+                int(matrix.half),
             ))  # fmt: skip
             self._keep.append(matrix)
         self._layer = layer

@@ -29,9 +29,12 @@ def product() -> QuantGemm:
     return gemm
 
 
-def _quantized(rng, n: int, k: int, bits: int, group: int):
-    w = rng.standard_normal((n, k)).astype(np.float32)
-    packed, scales, biases = mx.quantize(mx.array(w), group_size=group, bits=bits)
+def _quantized(rng, n: int, k: int, bits: int, group: int, half: bool = False):
+    """Random weights quantized; ``half``: as a float16 model is (scales and biases float16
+    values, handed over as float32 like the engine's loaded models)."""
+    w = mx.array(rng.standard_normal((n, k)).astype(np.float32))
+    packed, scales, biases = mx.quantize(w.astype(mx.float16) if half else w, group, bits)
+    scales, biases = scales.astype(mx.float32), biases.astype(mx.float32)
     dense = np.array(mx.dequantize(packed, scales, biases, group_size=group, bits=bits))
     return np.array(packed), np.array(scales), np.array(biases), dense
 
@@ -47,22 +50,26 @@ def _rounding_bound(x, scales, biases, dense, bits: int, group: int) -> np.ndarr
     return np.einsum("mg,ng->mn", steps / 2, np.abs(scales) * spread)
 
 
+@pytest.mark.parametrize("half", [False, True], ids=["float32-scales", "float16-scales"])
 @pytest.mark.parametrize("bits", [4, 8])
 @pytest.mark.parametrize("group", [32, 64, 128])
 def test_with_float_activations_it_is_the_product_with_the_dequantized_weights(
-    product, bits, group
+    product, bits, group, half
 ):
     rng = np.random.default_rng(bits * 1000 + group)
-    packed, scales, biases, dense = _quantized(rng, 70, 384, bits, group)
+    packed, scales, biases, dense = _quantized(rng, 70, 384, bits, group, half)
+    assert product.matrix(packed, scales, biases, bits=bits, group=group).half == half
     x = rng.standard_normal((9, 384)).astype(np.float32)
     got = product.multiply(x, packed, scales, biases, bits=bits, group=group, int8=False)
     reference = x.astype(np.float64) @ dense.T.astype(np.float64)
     np.testing.assert_allclose(got, reference, rtol=1e-4, atol=1e-4)
 
 
-def _assert_within_the_rounding_bound(build: QuantGemm, bits: int, group: int, k: int) -> None:
+def _assert_within_the_rounding_bound(
+    build: QuantGemm, bits: int, group: int, k: int, half: bool = False
+) -> None:
     rng = np.random.default_rng(bits + k)
-    packed, scales, biases, dense = _quantized(rng, 37, k, bits, group)
+    packed, scales, biases, dense = _quantized(rng, 37, k, bits, group, half)
     x = rng.standard_normal((5, k)).astype(np.float32)
     x[0, 3] = 40.0  # an outlier coarsens its group's rounding, and the bound with it
     got = build.multiply(x, packed, scales, biases, bits=bits, group=group)
@@ -73,22 +80,24 @@ def _assert_within_the_rounding_bound(build: QuantGemm, bits: int, group: int, k
     assert np.abs(got - exact).max() > 1e-3  # the rounding is there: this is the int8 path
 
 
+@pytest.mark.parametrize("half", [False, True], ids=["float32-scales", "float16-scales"])
 @pytest.mark.parametrize("bits", [4, 8])
 @pytest.mark.parametrize(("group", "k"), [(32, 160), (64, 896), (128, 384)])
-def test_int8_activations_stay_within_the_rounding_bound(product, bits, group, k):
+def test_int8_activations_stay_within_the_rounding_bound(product, bits, group, k, half):
     """k = 160 ends in a partial chunk; 8 bits in groups of 128 spread a group over two."""
     if not product.int8_activations():
         pytest.skip("this build keeps activations float (no AVX2 or AVX-512 VNNI)")
-    _assert_within_the_rounding_bound(product, bits, group, k)
+    _assert_within_the_rounding_bound(product, bits, group, k, half)
 
 
+@pytest.mark.parametrize("half", [False, True], ids=["float32-scales", "float16-scales"])
 @pytest.mark.parametrize("bits", [4, 8])
 @pytest.mark.parametrize("int8", [True, False])
-def test_a_rows_bits_do_not_depend_on_the_rows_or_threads_beside_it(product, bits, int8):
+def test_a_rows_bits_do_not_depend_on_the_rows_or_threads_beside_it(product, bits, int8, half):
     """Plain decoding multiplies one row, verification up to 32, prefill more: the same bits
     for a row, however the threads split the columns."""
     rng = np.random.default_rng(5)
-    packed, scales, biases, _ = _quantized(rng, 37, 256, bits, 64)
+    packed, scales, biases, _ = _quantized(rng, 37, 256, bits, 64, half)
     x = rng.standard_normal((70, 256)).astype(np.float32)
     every = product.multiply(x, packed, scales, biases, bits=bits, group=64, int8=int8)
     for rows in (1, 2, 3, 5, 8, 31):
@@ -118,8 +127,8 @@ def test_the_other_builds_compute_the_same_products(march, lanes, int8):
     assert build.vector_width() == lanes
     assert build.int8_activations() == int8
     rng = np.random.default_rng(3)
-    for bits in (4, 8):
-        packed, scales, biases, dense = _quantized(rng, 21, 256, bits, 32)
+    for bits, half in ((4, False), (8, False), (4, True), (8, True)):
+        packed, scales, biases, dense = _quantized(rng, 21, 256, bits, 32, half)
         x = rng.standard_normal((6, 256)).astype(np.float32)
         got = build.multiply(x, packed, scales, biases, bits=bits, group=32, int8=False)
         np.testing.assert_allclose(got, x @ dense.T, rtol=1e-4, atol=1e-4)
@@ -128,7 +137,7 @@ def test_the_other_builds_compute_the_same_products(march, lanes, int8):
             one = build.multiply(x[:1], packed, scales, biases, bits=bits, group=32, int8=path)
             assert np.array_equal(one[0], every[0])
         if int8:
-            _assert_within_the_rounding_bound(build, bits, 32, 160)
+            _assert_within_the_rounding_bound(build, bits, 32, 160, half)
 
 
 @pytest.mark.parametrize("bits", [4, 8])
@@ -162,3 +171,20 @@ def test_a_row_shorter_than_a_chunk_reads_only_its_own_groups(product, bits):
     got = product.multiply(x, packed, tail_scales, biases, bits=bits, group=32)
     assert np.isfinite(got).all()
     np.testing.assert_allclose(got, x @ dense.T, rtol=0.05, atol=0.2)  # x rounded to int8
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("int8", [True, False])
+def test_float16_scales_give_the_bits_of_their_float32_copies(product, bits, int8):
+    """Holding a float16 model's scales and biases as float16 changes the bytes read, not the
+    arithmetic: the products and the dequantized rows are bit for bit those of float32."""
+    rng = np.random.default_rng(bits + 17)
+    packed, scales, biases, _ = _quantized(rng, 45, 416, bits, 32, half=True)
+    x = rng.standard_normal((6, 416)).astype(np.float32)
+    halves = product.matrix(packed, scales, biases, bits=bits, group=32)
+    floats = product.matrix(packed, scales, biases, bits=bits, group=32, half=False)
+    assert halves.half and not floats.half
+    got, want = (m.multiply(x, threads=2, int8=int8) for m in (halves, floats))
+    assert np.array_equal(got, want)
+    rows = [m.dequantize(7, np.empty((38, 416), np.float32)) for m in (halves, floats)]
+    assert np.array_equal(*rows)

@@ -34,9 +34,14 @@ def _layer(gemm: QuantGemm, rng, *, biases: bool, head_norms: bool, rope: tuple[
               "down": (HIDDEN, WIDE)}  # fmt: skip
     matrices, dense = {}, {}
     for name, (n, k) in shapes.items():
-        packed, scales, bias_terms, dense[name] = _quantized(rng, n, k, 4, 32)
-        dense[name] *= 0.2  # keep activations in a realistic range through the layer
-        matrices[name] = gemm.matrix(packed, scales * 0.2, bias_terms * 0.2, bits=4, group=32)
+        half = name in ("q", "gate", "down")  # mixed, as a job may hold both kinds
+        packed, scales, bias_terms, dense[name] = _quantized(rng, n, k, 4, 32, half)
+        # smaller weights keep activations in a realistic range through the layer (a power
+        # of two: float16 values stay float16 values)
+        scales, bias_terms = scales * np.float32(0.25), bias_terms * np.float32(0.25)
+        dense[name] *= 0.25
+        matrices[name] = gemm.matrix(packed, scales, bias_terms, bits=4, group=32)
+        assert matrices[name].half == half
 
     def norm(n: int) -> tuple[np.ndarray, float]:
         return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32), EPS
