@@ -139,6 +139,7 @@ class QuantizedMatrix:
         if self.biases.shape != self.scales.shape:
             raise ValueError("scales and biases must have the same shape")
         self.n, self.k, self.bits, self.group = n, k, bits, group
+        self._gemm = gemm
         self._call = gemm.library.fq_gemm
         self._unpack = gemm.library.fq_dequantize
         halves = (_as_half(self.scales), _as_half(self.biases)) if half else (None, None)
@@ -150,6 +151,18 @@ class QuantizedMatrix:
             self.scales.ctypes.data,
             self.biases.ctypes.data,
         )
+
+    def rows(self, ids: np.ndarray) -> QuantizedMatrix:
+        """A new matrix of rows ``ids`` of this one (a draft vocabulary's head)."""
+        groups = self.k // self.group
+
+        def take(values: np.ndarray) -> np.ndarray:
+            return values[: self.n * groups].reshape(self.n, groups)[ids].astype(np.float32)
+
+        return QuantizedMatrix(
+            self._gemm, self.packed[ids], take(self.scales), take(self.biases), self.bits,
+            self.group,
+        )  # fmt: skip
 
     def __deepcopy__(self, memo: dict) -> QuantizedMatrix:
         return self  # the weights never change: a copied layer may share them

@@ -69,11 +69,13 @@ class DraftVocabulary:
     def __init__(self, target: TargetModel, ids: np.ndarray) -> None:
         self.target = target
         base = np.unique(ids).astype(np.int32)
-        rows = target.head_rows(mx.array(base))
-        if rows is None:
+        self._base_product = target.head_product(base)
+        rows = None if self._base_product is not None else target.head_rows(mx.array(base))
+        if rows is None and self._base_product is None:
             raise ValueError("the target's head is quantized and untied: no draft vocabulary")
         self._base_ids, self._base_rows = base, rows
-        mx.eval(self._base_rows)
+        if rows is not None:
+            mx.eval(rows)
         self.clear_context()
 
     def clear_context(self) -> None:
@@ -94,7 +96,10 @@ class DraftVocabulary:
     @classmethod
     def for_target(cls, target: TargetModel, ids: np.ndarray | None) -> DraftVocabulary | None:
         """None (the full head) when there is no subset, or the head cannot be sliced."""
-        if ids is None or target.head_rows(mx.array(ids[:1])) is None:
+        if ids is None:
+            return None
+        first = ids[:1]
+        if target.head_product(first) is None and target.head_rows(mx.array(first)) is None:
             return None
         return cls(target, ids)
 
@@ -108,15 +113,20 @@ class DraftVocabulary:
         new = np.unique(arr[~self._known[arr]]).astype(np.int32)
         if new.size == 0:
             return
+        rows = self.target.head_rows(mx.array(new))
+        if rows is None:
+            return  # an untied quantized head: only the frequent block is draftable
         self._known[new] = True
         self.ids = np.concatenate([self.ids, new])
-        rows = self.target.head_rows(mx.array(new))
         parts = [rows] if self._extra_rows is None else [self._extra_rows, rows]
         self._extra_rows = mx.concatenate(parts, axis=0)
 
     def logits(self, hidden: mx.array) -> mx.array:
         """[..., len(self)] logits (column i is token ``ids[i]``)."""
-        base = hidden @ self._base_rows.T
+        if self._base_product is not None:
+            base = self._base_product(hidden)
+        else:
+            base = hidden @ self._base_rows.T
         if self._extra_rows is None:
             return base
         return mx.concatenate([base, hidden @ self._extra_rows.T], axis=-1)

@@ -93,9 +93,10 @@ def multiply_rows(matrix: QuantizedMatrix, rows: np.ndarray, int8: bool) -> np.n
     return y
 
 
-def _multiply(
+def multiply_mx(
     matrix: QuantizedMatrix, x: mx.array, int8: bool, bias: np.ndarray | None = None
 ) -> mx.array:
+    """``x @ W^T`` (+ ``bias``) for an MLX array ``x`` [..., k], evaluated here."""
     rows = np.asarray(x.reshape(-1, matrix.k))
     y = multiply_rows(matrix, rows, int8)
     if bias is not None:
@@ -121,7 +122,7 @@ class CpuQuantizedLinear(nn.QuantizedLinear):
     def __call__(self, x: mx.array) -> mx.array:
         if x.dtype != mx.float32 or ("bias" in self and self._bias is None):
             return super().__call__(x)
-        return _multiply(self._matrix, x, self._int8, self._bias)
+        return multiply_mx(self._matrix, x, self._int8, self._bias)
 
 
 class CpuQuantizedEmbedding(nn.QuantizedEmbedding):
@@ -139,7 +140,7 @@ class CpuQuantizedEmbedding(nn.QuantizedEmbedding):
     def as_linear(self, x: mx.array) -> mx.array:
         if x.dtype != mx.float32:
             return super().as_linear(x)
-        return _multiply(self._matrix, x, self._int8)
+        return multiply_mx(self._matrix, x, self._int8)
 
 
 def _swiglu_mlp_types() -> tuple[type, ...]:

@@ -78,3 +78,21 @@ def test_greedy_output_is_unchanged(arch, tiny_target):
     for width in (1, 3):
         spec = GenerationConfig(max_tokens=32, ignore_eos=True, mode="dflash2", width=width)
         assert list(session.generate(ids, spec))[-1].tokens == plain
+
+
+def test_a_quantized_head_scores_its_rows_quantized(tiny_model_dir, tmp_path):
+    """A quantized tied head's draft rows stay quantized (the engine's product over those
+    rows only, not 115 MB of dequantized rows a draft): the full head's columns, within the
+    rounding of int8 activations."""
+    from engine_mlx.decoding.draft_vocab import DraftVocabulary
+    from engine_mlx.models.quantize import quantize_folder
+    from engine_mlx.models.target import TargetModel
+
+    target = TargetModel.load(quantize_folder(tiny_model_dir("qwen2"), tmp_path / "q", bits=8))
+    vocab = DraftVocabulary.for_target(target, FREQUENT)
+    assert vocab is not None and vocab._base_product is not None and vocab._base_rows is None
+    hidden = mx.random.normal((3, target.spec.hidden_size))
+    want = np.array(target.head(hidden))[:, FREQUENT]
+    np.testing.assert_allclose(np.array(vocab.logits(hidden)), want, rtol=0.05, atol=0.05)
+    vocab.add([60, 61])  # the context's tokens: their rows as before
+    assert vocab.logits(hidden).shape == (3, len(FREQUENT) + 2)
