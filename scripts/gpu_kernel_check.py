@@ -28,15 +28,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import site
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import gpu_env  # beside this script
+
 ROOT = Path(__file__).resolve().parents[1]
-MLX_VERSION = "0.32.4"
-MLX_LM_VERSION = "0.32.2"
 
 
 def parse_args() -> argparse.Namespace:
@@ -52,36 +53,8 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
-def run(cmd: list[str], **kwargs) -> None:
-    print("+", " ".join(cmd), flush=True)
-    subprocess.run(cmd, check=True, **kwargs)
-
-
 def install(args: argparse.Namespace) -> Path:
-    venv = Path(args.venv)
-    python = venv / "bin" / "python"
-    if not python.exists():
-        run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)])
-        # The launching interpreter may itself be a venv (a GPU image's PyTorch one): make its
-        # packages visible too, after the new venv's own.
-        code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
-        own = subprocess.run([str(python), "-c", code], capture_output=True, text=True, check=True)
-        parents = {p for p in site.getsitepackages() if Path(p).is_dir()}
-        (Path(own.stdout.strip()) / "_flashchat_parent.pth").write_text("\n".join(sorted(parents)))
-    if args.skip_install:
-        return python
-    pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    if args.wheels:
-        wanted = [
-            f"mlx=={MLX_VERSION}",
-            f"mlx-cuda-{args.cuda}=={MLX_VERSION}",
-            f"mlx-lm=={MLX_LM_VERSION}",
-        ]
-        run([*pip, "--no-index", "--no-deps", "--find-links", args.wheels, *wanted])
-    else:
-        run([*pip, f"mlx[cuda{args.cuda}]=={MLX_VERSION}", f"mlx-lm=={MLX_LM_VERSION}"])
-        run([*pip, "pytest", "hypothesis"])
-    return python
+    return gpu_env.install(Path(args.venv), args.wheels, args.cuda, args.skip_install)
 
 
 def inside(args: argparse.Namespace) -> int:

@@ -1,6 +1,7 @@
 """The training commands of the CLI: ``make-dataset``, ``train-drafter``, ``train-mtp``,
 ``train-draft-lm`` (the standalone draft model for the mlx-lm baseline), ``export-pair`` (a
-drafter and MTP head in the shipped layout) and ``plot-training`` (a model card's curves).
+drafter and MTP head in the shipped layout), ``plot-training`` (a model card's curves) and
+``train-pair`` (all of it within a time budget: ``training.pipeline``).
 
 Each prints one JSON line per checkpoint (step, loss, seconds) and can be interrupted and
 rerun with the same arguments to resume.
@@ -22,6 +23,7 @@ COMMANDS = (
     "train-draft-lm",
     "export-pair",
     "plot-training",
+    "train-pair",
 )
 
 
@@ -90,6 +92,16 @@ def add_training_commands(sub: argparse._SubParsersAction) -> None:
         "--mtp-steps", type=int, default=None, help="the head's best draft length, as measured"
     )
 
+    tp = sub.add_parser(
+        "train-pair", help="data, drafter and MTP head for a target within a time budget"
+    )
+    tp.add_argument("--model", type=Path, default=None, help="target folder (default: demo)")
+    tp.add_argument("--corpora", type=Path, default=None, help="folder with prose/ and code/")
+    tp.add_argument("--work", type=Path, required=True, help="resumable work folder")
+    tp.add_argument("--out", type=Path, required=True, help="where the pair is exported")
+    tp.add_argument("--scale", choices=["toy", "gpu"], default="gpu", help="toy: CPU seconds")
+    tp.add_argument("--budget-s", type=float, default=None, help="default: the scale's")
+
     pt = sub.add_parser("plot-training", help="plot trainers' history files (loss curves)")
     pt.add_argument("runs", nargs="+", help="LABEL=HISTORY.json (a trainer's history file)")
     pt.add_argument("--out", type=Path, required=True, help="the .png to write")
@@ -113,6 +125,12 @@ def run_training_command(args: argparse.Namespace, resolve_model: Callable) -> i
     try:
         if args.command == "make-dataset":
             return _make_dataset(args, target)
+        if args.command == "train-pair":
+            from engine_mlx.training.pipeline import PLANS, train_pair
+
+            plan = PLANS[args.scale]
+            print(train_pair(target, args.corpora, args.work, args.out, plan, args.budget_s, _log))
+            return 0
         if args.command == "train-drafter":
             from engine_mlx.training.dflash import DrafterTrainConfig, train_drafter
 

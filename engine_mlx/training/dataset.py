@@ -31,6 +31,7 @@ import mlx.core as mx
 import numpy as np
 
 from engine_mlx.models.target import TargetModel
+from engine_mlx.training.progress import past
 from engine_mlx.training.prompts import PromptBuilder, continuation_batches, prompt_batches
 
 MANIFEST = "manifest.json"
@@ -270,8 +271,10 @@ def build_dataset(
     out: str | Path,
     config: DatasetConfig,
     log: Callable[[dict], None] = print,
+    deadline: float | None = None,
 ) -> Path:
-    """Generate (or finish generating) ``config.shards`` shards into ``out``."""
+    """Generate (or finish generating) ``config.shards`` shards into ``out``; past
+    ``deadline`` (``time.monotonic()``) no new shard is started once there is one."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     manifest = out / MANIFEST
@@ -296,6 +299,8 @@ def build_dataset(
         path = out / f"shard_{index:05d}"
         if path.exists():
             continue
+        if index and past(deadline):
+            break
         categories = [p.category for p in prompts]
         if config.teacher_forced:
             ids = [p.ids for p in prompts]

@@ -41,7 +41,7 @@ from engine_mlx.decoding.draft_vocab import (
 from engine_mlx.models.dflash import DFlashConfig, DFlashModel, load_dflash, save_dflash
 from engine_mlx.models.target import TargetModel
 from engine_mlx.training.dataset import dataset_capture, load_fields
-from engine_mlx.training.progress import check_finite, checkpoint_record
+from engine_mlx.training.progress import check_finite, checkpoint_record, past
 from engine_mlx.training.vocab import logits_over, renormalised, subset, weighted_kl
 
 STATE_FILE = "train_state.safetensors"
@@ -238,8 +238,10 @@ def train_drafter(
     out: str | Path,
     config: DrafterTrainConfig = DrafterTrainConfig(),
     log: Callable[[dict], None] = print,
+    deadline: float | None = None,
 ) -> list[dict]:
-    """Train (or resume) a drafter into the folder ``out``; returns the per-step history."""
+    """Train (or resume) a drafter into the folder ``out``; returns the per-step history.
+    Past ``deadline`` (``time.monotonic()``) it checkpoints and stops after the current step."""
     out = Path(out)
     capture = dataset_capture(data)
     sampler = BlockSampler(data, config.block)
@@ -275,11 +277,14 @@ def train_drafter(
         mx.eval(model.parameters(), optimizer.state, loss, logits)
         accepted = accepted_lengths(logits, batch)
         history.append({"step": step + 1, "loss": float(loss), "tau": 1 + float(accepted.mean())})
-        if (step + 1) % config.checkpoint_every == 0 or step + 1 == config.steps:
+        check_finite(loss, step + 1)
+        stop = past(deadline)
+        if stop or (step + 1) % config.checkpoint_every == 0 or step + 1 == config.steps:
             _checkpoint(model, optimizer, out, history, config, draft_vocab)
             metrics = {"loss": ("loss", 4), "tau_proxy": ("tau", 3)}
             log(checkpoint_record(history, config.checkpoint_every, t0, metrics))
-        check_finite(loss, step + 1)
+        if stop:
+            break
     model.eval()
     return history
 

@@ -27,7 +27,7 @@ from engine_mlx.decoding.draft_vocab import DEFAULT_SIZE, continuation_counts, f
 from engine_mlx.models.mtp import MTPHead, load_mtp, new_head, save_mtp
 from engine_mlx.models.target import TargetModel
 from engine_mlx.training.dataset import load_fields
-from engine_mlx.training.progress import checkpoint_record, top1_agreement
+from engine_mlx.training.progress import checkpoint_record, past, top1_agreement
 from engine_mlx.training.vocab import logits_over, renormalised, subset, weighted_kl
 
 
@@ -120,8 +120,10 @@ def train_mtp(
     out: str | Path,
     config: MTPTrainConfig = MTPTrainConfig(),
     log: Callable[[dict], None] = print,
+    deadline: float | None = None,
 ) -> list[dict]:
-    """Train (or resume training of) a head; writes ``out`` and ``out``.json with the history
+    """Train (or resume training of) a head (past ``deadline``, a ``time.monotonic()``, it
+    saves and stops after the current step); writes ``out`` and ``out``.json with the history
     (loss and top-1 agreement with the target per step). Resumes from ``out`` if it exists,
     so an interruption loses at most one interval (the optimizer's moments restart, which
     costs a few steps of warm-up)."""
@@ -149,10 +151,13 @@ def train_mtp(
         mx.eval(head.parameters(), optimizer.state, loss)
         agree = top1_agreement(logits, batch.teacher_ids, batch.weights)
         history.append({"step": step + 1, "loss": float(loss), "top1": agree})
-        if (step + 1) % config.checkpoint_every == 0 or step + 1 == config.steps:
+        stop = past(deadline)
+        if stop or (step + 1) % config.checkpoint_every == 0 or step + 1 == config.steps:
             save_mtp(head, out, reads=config.hidden)
             history_file.write_text(json.dumps({"history": history, "config": config.__dict__}))
             metrics = {"loss": ("loss", 4), "top1": ("top1", 3)}
             log(checkpoint_record(history, config.checkpoint_every, t0, metrics))
+        if stop:
+            break
     head.eval()
     return history

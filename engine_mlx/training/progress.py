@@ -28,6 +28,12 @@ def top1_agreement(logits: mx.array, teacher_ids: mx.array, weights: mx.array) -
     return float(hits.sum() / mx.maximum(weights.sum(), 1.0))
 
 
+def past(deadline: float | None) -> bool:
+    """Whether a stage with this ``time.monotonic()`` deadline should stop (None: never):
+    a time-boxed run (``training.pipeline``) stops each stage after its current step."""
+    return deadline is not None and time.monotonic() >= deadline
+
+
 def check_finite(loss: mx.array, step: int) -> None:
     if not math.isfinite(float(loss)):
         raise ValueError(f"training diverged at step {step} (loss {float(loss)})")
