@@ -4,7 +4,8 @@
 The environment also sees the packages of the Python that launches it (a GPU image's numpy and
 nvidia-* libraries). MLX comes from the package index, or on a machine without network from
 wheels in a folder (``mlx`` for the machine's Python, ``mlx-cuda-13`` or ``-12``, ``mlx-lm``;
-installed with --no-deps, so the CUDA libraries must be there already).
+installed with --no-deps, so the CUDA libraries must be there already), and any other wheels
+in that folder (``gpu_parts.sh`` puts the engine's other runtime packages there).
 """
 
 from __future__ import annotations
@@ -44,6 +45,10 @@ def install(venv: Path, wheels: str | None, cuda: str, skip: bool = False) -> Pa
             f"mlx-lm=={MLX_LM_VERSION}",
         ]
         run([*pip, "--no-index", "--no-deps", "--find-links", wheels, *wanted])
+        # the engine's other runtime packages, where the folder has them (gpu_parts.sh's)
+        others = sorted(str(w) for w in Path(wheels).glob("*.whl") if not w.name.startswith("mlx"))
+        if others:
+            run([*pip, "--no-index", "--no-deps", *others])
     else:
         run([*pip, f"mlx[cuda{cuda}]=={MLX_VERSION}", f"mlx-lm=={MLX_LM_VERSION}"])
         run([*pip, "pytest", "hypothesis"])

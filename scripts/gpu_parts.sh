@@ -11,14 +11,19 @@ PYVER=${PYVER:-$($PY -c 'import sys; print(f"{sys.version_info[0]}{sys.version_i
 CUDA=${CUDA:-13}
 MODEL=${2:-$($PY -m engine_mlx demo --all | grep -- '-4bit$' || true)}
 [ -d "$MODEL" ] || { echo "no target folder: pass one (quantize the demo first)" >&2; exit 2; }
+# manylinux tags are matched exactly when a platform is named: name the usual ones.
+PLATFORMS=()
+for tag in manylinux_2_35 manylinux_2_28 manylinux_2_17 manylinux2014; do
+  PLATFORMS+=(--platform "${tag}_x86_64")
+done
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/wheels" "$stage/model"
 $PY -m pip download -q --dest "$stage/wheels" --only-binary=:all: \
-  --platform manylinux_2_35_x86_64 --python-version "$PYVER" \
+  "${PLATFORMS[@]}" --python-version "$PYVER" \
   "mlx==0.32.4" "mlx-cuda-$CUDA==0.32.4" "mlx-lm==0.32.2" --no-deps
 $PY -m pip download -q --dest "$stage/wheels" --only-binary=:all: \
-  --platform manylinux_2_35_x86_64 --python-version "$PYVER" \
+  "${PLATFORMS[@]}" --python-version "$PYVER" \
   tokenizers "huggingface-hub>=1.20,<2" gguf transformers safetensors jinja2 pyyaml regex tqdm
 cp -r "$MODEL" "$stage/model/"
 tar -C "$stage" -cf "$stage/bundle.tar" wheels model

@@ -43,6 +43,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from engine_mlx.auto.length_plan import SMOOTHING, TRIAL_UPSIDE, best_length, per_s, smooth, upside
 from engine_mlx.auto.mode_record import SETTLE_STEPS, ModeRecord
 from engine_mlx.auto.policy import Choice, _switch_reason
 from engine_mlx.auto.step_costs import StepCosts
@@ -50,14 +51,11 @@ from engine_mlx.decoding.strategies import LengthPlan
 from engine_mlx.modes import Mode
 from engine_mlx.stats import StepStats
 
-SMOOTHING = 0.3
 TRUST_ABOVE_EXPECTED = 2.0  # realised tokens count up to this multiple of the plans' expectation
 LOOK_BUDGET = 0.02  # looks at all modes together take at most this share of the time
 TRIAL_WITHIN = 0.75  # a mode whose look comes this close to the best rate is tried once a reply
-PLAN_HONESTY = (0.5, 2.0)  # the running mode's plans scale its scores by honesty, within this
-# A trial needs a look that would win were its drafted tokens this many times what it expects:
-# the most the plans themselves may believe.
-TRIAL_UPSIDE = PLAN_HONESTY[1]
+PLAN_HONESTY = (0.5, TRIAL_UPSIDE)  # the running mode's plans scale its scores by honesty,
+# within this (a trial's upside is the most the plans themselves may believe)
 CUED_LOOK_EVERY = 2  # steps between looks at a mode while prompt lookup alone beats plain
 CUE_MARGIN = 1.25  # by this factor: a two-token match is common and rarely worth a look
 IDLE_TRIAL_STEPS = 3  # steps whose plans verified no draft after which a trial is used up
@@ -142,9 +140,13 @@ class ExpectedRatePolicy:
         def interval(mode: Mode) -> float:
             state = self._state(mode)
             cue = (cues or {}).get(mode)
-            cued = cue and _per_s(
-                self._best_length(
-                    cue, state.look_time.seconds + state.rest.seconds, depth, state.honesty
+            cued = cue and per_s(
+                best_length(
+                    self.costs,
+                    cue,
+                    state.look_time.seconds + state.rest.seconds,
+                    depth,
+                    state.honesty,
                 )
             )
             if cued and cued > CUE_MARGIN * plain:
@@ -172,7 +174,7 @@ class ExpectedRatePolicy:
         state = self._state(mode)
         state.look_time.add(draft_s)
         fixed_s = draft_s + state.rest.seconds
-        plan = self._best_length(scores, fixed_s, depth, state.honesty, node_depths)
+        plan = best_length(self.costs, scores, fixed_s, depth, state.honesty, node_depths)
         old = None if state.fresh_look_due else self._repriced(state)  # not the last text's
         state.fresh_look_due = False
         self._set_look(
@@ -192,11 +194,11 @@ class ExpectedRatePolicy:
         # looks' time either way). Measured against plain decoding alone, DFlash2's looks
         # while MTP ran at 1.4x plain came at the budget's pace, ~35 ms every 8 steps (Qwen,
         # math at 1k-4k: 3-5% of the reply).
-        bar = _per_s(self.rate(Mode.AR, depth, True))
+        bar = per_s(self.rate(Mode.AR, depth, True))
         running = self._previous
         if running not in (None, Mode.AR, mode) and (ran := self.rate(running, depth, True)):
-            bar = max(bar, _per_s(ran))
-        losing = _per_s(state.look) < TRIAL_WITHIN * bar
+            bar = max(bar, per_s(ran))
+        losing = per_s(state.look) < TRIAL_WITHIN * bar
         state.look_every = (
             min(self.max_look_every, 2 * state.look_every) if losing else self.look_every
         )
@@ -215,7 +217,7 @@ class ExpectedRatePolicy:
             # reply starts plain and stays until a plain step is timed; switches follow.
             return Choice(Mode.AR)
         rates = {m: r for m in self.modes if (r := self.rate(m, depth, m is current)) is not None}
-        best = max(rates, key=lambda m: _per_s(rates[m]))
+        best = max(rates, key=lambda m: per_s(rates[m]))
         if current is None:
             return Choice(best)
         if current is not Mode.AR and self._settling(current):
@@ -228,11 +230,11 @@ class ExpectedRatePolicy:
         # The margin against flapping guards the switches that cost something (a drafter
         # catching up, an untimed first step); back to plain decoding, being faster is enough.
         margin = 0.0 if best is Mode.AR else self._join_margin(best)
-        if best != current and (here is None or _per_s(rates[best]) > _per_s(here) * (1 + margin)):
+        if best != current and (here is None or per_s(rates[best]) > per_s(here) * (1 + margin)):
             if current is not Mode.AR and here is not None:  # leaving: its look is what it did
                 self._set_look(self._state(current), here)
                 plain = rates.get(Mode.AR)
-                if plain is not None and _per_s(here) < _per_s(plain):
+                if plain is not None and per_s(here) < per_s(plain):
                     self._state(current).defeats += 1
             if best is not Mode.AR:  # joining: its own steps will say how it does now
                 self._join(best)
@@ -254,9 +256,9 @@ class ExpectedRatePolicy:
         DFlash2's next look promised 2.8 tokens a step, and then committed 4-8 (Qwen)."""
         rivals = [m for m in rates if m not in (current, Mode.AR)]
         beats = [
-            m for m in rivals if _per_s(rates[m]) > _per_s(chosen_by) * (1 + self._join_margin(m))
+            m for m in rivals if per_s(rates[m]) > per_s(chosen_by) * (1 + self._join_margin(m))
         ]
-        return max(beats, key=lambda m: _per_s(rates[m])) if beats else None
+        return max(beats, key=lambda m: per_s(rates[m])) if beats else None
 
     def _join_margin(self, mode: Mode) -> float:
         """How far a look must beat the running mode to switch to ``mode``: the margin
@@ -297,19 +299,19 @@ class ExpectedRatePolicy:
         too modest: at 8k of context a look at DFlash2 expecting 1.3 tokens a step at 240 ms
         came within ``TRIAL_WITHIN`` of plain decoding's 7.7 tok/s, and its trial, ~200 ms a
         token, then the way back, cost ~7% of the reply (Qwen, code and prose at 8k)."""
-        best_rate = _per_s(rates[best])
+        best_rate = per_s(rates[best])
         open_ = [
             m
             for m, r in rates.items()
             if m is not Mode.AR
             and not self._state(m).ran_this_reply
             and self._state(m).look is not None
-            and _per_s(r) >= TRIAL_WITHIN * best_rate
-            and _per_s(_upside(r)) > best_rate
+            and per_s(r) >= TRIAL_WITHIN * best_rate
+            and per_s(upside(r)) > best_rate
         ]
         if not open_:
             return None
-        return max(open_, key=lambda m: _per_s(rates[m]))
+        return max(open_, key=lambda m: per_s(rates[m]))
 
     def _reason(
         self,
@@ -348,43 +350,16 @@ class ExpectedRatePolicy:
         2.75x for fixed DFlash2)."""
         state = self._state(Mode(mode))
         honesty = min(max(state.honesty, PLAN_HONESTY[0]), PLAN_HONESTY[1])
-        plan = self._best_length(scores, draft_s + state.rest.seconds, depth, honesty, node_depths)
+        plan = best_length(
+            self.costs, scores, draft_s + state.rest.seconds, depth, honesty, node_depths
+        )
         # Honesty is judged against the scores as they were, not as scaled: else it would
         # undo its own correction.
         state.raw_expected = 1.0 + sum(scores[: plan.nodes])
         prior = state.expected if state.expected is not None else plan.expected_tokens
-        state.expected = _smooth(prior, plan.expected_tokens)
-        state.verified = _smooth(state.verified, plan.nodes + 1.0)  # the first: as planned
+        state.expected = smooth(prior, plan.expected_tokens)
+        state.verified = smooth(state.verified, plan.nodes + 1.0)  # the first: as planned
         return plan
-
-    def _best_length(
-        self,
-        scores: Sequence[float],
-        fixed_s: float,
-        depth: int,
-        honesty: float = 1.0,
-        node_depths: Sequence[int] | None = None,
-    ) -> LengthPlan:
-        """``node_depths``: each node's depth in the tree. The target accepts one node per
-        depth at most, so scaled by honesty the nodes of one depth are expected to commit
-        one token at most: honesty 1.9 on prose at 4k made a width-2 tree's second path,
-        its sibling estimates capped to what the first path leaves, worth verifying (12-13
-        nodes, ~40% dearer than the 8 that committed everything)."""
-        best = LengthPlan(0, 1.0, fixed_s + self.costs.verify_s(1, depth))
-        expected = 1.0
-        per_depth: dict[int, float] = {}
-        for n, score in enumerate(scores, start=1):
-            if node_depths is None:
-                expected += score * honesty
-            else:
-                at = node_depths[n - 1]
-                before = per_depth.get(at, 0.0)
-                per_depth[at] = before + score
-                expected += min(1.0, per_depth[at] * honesty) - min(1.0, before * honesty)
-            seconds = fixed_s + self.costs.verify_s(n + 1, depth)
-            if expected / seconds > _per_s(best):
-                best = LengthPlan(n, expected, seconds)
-        return best
 
     # --- what happened -------------------------------------------------------------------
 
@@ -430,7 +405,7 @@ class ExpectedRatePolicy:
             self.observe_drafts(mode, expected - 1, committed - 1)
         # A mode's first step starts from what its plan expected, not from one sample.
         prior = state.realised if state.realised is not None else state.expected
-        state.realised = _smooth(prior, float(committed))
+        state.realised = smooth(prior, float(committed))
 
     def observe_drafts(self, mode: Mode, expected: float, accepted: int) -> None:
         """A draft's drafted tokens: ``expected`` by its scores, ``accepted`` by the target
@@ -439,17 +414,3 @@ class ExpectedRatePolicy:
         keep = 1.0 - SMOOTHING
         state.committed_extra = keep * state.committed_extra + accepted
         state.expected_extra = keep * state.expected_extra + expected
-
-
-def _upside(plan: LengthPlan) -> LengthPlan:
-    """The plan were its drafted tokens ``TRIAL_UPSIDE`` times what it expects."""
-    extra = TRIAL_UPSIDE * (plan.expected_tokens - 1.0)
-    return LengthPlan(plan.nodes, 1.0 + extra, plan.predicted_s)
-
-
-def _per_s(plan: LengthPlan) -> float:
-    return plan.expected_tokens / plan.predicted_s if plan.predicted_s > 0 else 0.0
-
-
-def _smooth(old: float | None, new: float, weight: float = SMOOTHING) -> float:
-    return new if old is None else old + weight * (new - old)

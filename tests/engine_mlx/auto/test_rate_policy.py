@@ -38,35 +38,6 @@ def _policy(costs: StepCosts, modes=(Mode.AR, Mode.DFLASH2)) -> ExpectedRatePoli
     return ExpectedRatePolicy(list(modes), lambda: costs)
 
 
-def test_length_is_the_argmax_of_expected_tokens_per_second():
-    policy = _policy(_costs(per_token_ms=1.0))
-    scores = [0.9, 0.8, 0.7, 0.3, 0.05, 0.01, 0.01]
-    plan = policy.plan_length("dflash2", scores, draft_s=0.010, depth=0)
-    rates = [
-        (1 + sum(scores[:n])) / (0.010 + policy.costs.verify_s(n + 1, 0))
-        for n in range(len(scores) + 1)
-    ]
-    assert plan.nodes == max(range(len(rates)), key=rates.__getitem__)
-    assert plan.expected_tokens == pytest.approx(1 + sum(scores[: plan.nodes]))
-    assert 3 <= plan.nodes <= 4  # the confident prefix, not the long tail
-
-
-def test_drafts_shorten_as_confidence_drops_and_vanish_when_none_is_worth_it():
-    policy = _policy(_costs(per_token_ms=4.0))
-    confident = policy.plan_length("dflash2", [0.95] * 7, 0.01, 0).nodes
-    middling = policy.plan_length("dflash2", [0.6, 0.36, 0.2, 0.1, 0.05, 0.03, 0.01], 0.01, 0)
-    hopeless = policy.plan_length("dflash2", [0.05, 0.01, 0.0, 0.0], 0.01, 0)
-    assert confident == 7 and 0 < middling.nodes < confident
-    assert hopeless.nodes == 0 and hopeless.expected_tokens == 1.0
-
-
-def test_expensive_verification_keeps_drafts_short():
-    scores = [0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3]
-    cheap = _policy(_costs(per_token_ms=0.5)).plan_length("dflash2", scores, 0.01, 0)
-    dear = _policy(_costs(per_token_ms=12.0)).plan_length("dflash2", scores, 0.01, 0)
-    assert dear.nodes < cheap.nodes
-
-
 def test_plain_wins_when_looks_promise_nothing_and_a_confident_mode_wins_otherwise():
     costs = _costs(per_token_ms=1.0)
     policy = _policy(costs, (Mode.AR, Mode.DFLASH2, Mode.MTP))
