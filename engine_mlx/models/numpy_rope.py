@@ -21,15 +21,12 @@ class NumpyRoPE:
         self.dims, self.traditional, self.scale = rope.dims, rope.traditional, rope.scale
         exponents = np.arange(0, self.dims // 2, dtype=np.float64) * 2.0 / self.dims
         self.frequencies = (float(rope.base) ** -exponents).astype(np.float32)
+        # equal for rotations that turn rows alike (every layer of a model, usually)
+        self.key = (self.dims, self.traditional, self.scale, self.frequencies.tobytes())
 
     @staticmethod
     def takes(rope: object) -> bool:
         return type(rope) is nn.RoPE
-
-    @property
-    def key(self) -> tuple:
-        """Equal for rotations that turn rows alike (every layer of a model, usually)."""
-        return self.dims, self.traditional, self.scale, self.frequencies.tobytes()
 
     def tables(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """cos and sin of each token's angles, [L, dims / 2] float32 (C-contiguous)."""
