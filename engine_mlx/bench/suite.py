@@ -20,6 +20,7 @@ from engine_mlx.arguments import config_from_args, parse_modes, resolve_model, s
 from engine_mlx.backend import backend_info, live_device
 from engine_mlx.bench.external import default_envs_dir, external_baselines
 from engine_mlx.bench.llama_peer import plain_decoding, source_gguf
+from engine_mlx.bench.llama_server import llama_cells
 from engine_mlx.bench.measure import Runner, machine_description, run_ours, shown_path
 from engine_mlx.bench.mlx_lm import mlx_lm_runner
 from engine_mlx.bench.prompts import BenchPrompts
@@ -38,6 +39,14 @@ class SuiteSpec:
     repeats: int
     auto_width: int = 2
 
+
+BASELINE_MODES = {
+    "mlx-lm": "ar",
+    "mlx-lm draft": "draft",
+    "llama.cpp server": "ar",
+    "llama.cpp dflash2": "dflash2",
+}
+"""Each baseline's mode (the others: z-lab's DFlash and its ports)."""
 
 SUITES = {
     "standard": SuiteSpec(
@@ -110,7 +119,20 @@ def run_suite(args: argparse.Namespace) -> int:
             print(f"# llama.cpp plain decoding ({found.gguf}, {found.threads} threads): "
                   + ", ".join(f"depth {d} {v:.2f} tok/s" for d, v in found.tok_s.items()),
                   flush=True)  # fmt: skip
-    prompts = BenchPrompts(target, Path(tempfile.mkdtemp(prefix="flashchat-bench-")))
+    workdir = Path(tempfile.mkdtemp(prefix="flashchat-bench-"))
+    if not args.no_baseline:
+        context = min(target.spec.max_context, max(spec.depths) + spec.max_tokens + 1024)
+        found_cells, not_run = llama_cells(
+            args.bench_envs or default_envs_dir(),
+            args.llama_gguf or source_gguf(path),
+            speculators.drafter_path if drafter is not None else None,
+            drafter.block_size if drafter is not None else 0,
+            context,
+            workdir,
+        )
+        baselines |= found_cells
+        skipped |= not_run
+    prompts = BenchPrompts(target, workdir)
     categories = args.categories.split(",") if args.categories else prompts.categories
     info = backend_info(target.dtype)
     print(f"# {machine_description()}; {info.describe()}; model {path.name}", flush=True)
@@ -131,7 +153,7 @@ def run_suite(args: argparse.Namespace) -> int:
             active = {
                 name: runner
                 for name, runner in baselines.items()
-                if name.startswith("mlx-lm")
+                if name.startswith(("mlx-lm", "llama.cpp"))
                 or args.baseline_depths is None
                 or depth in args.baseline_depths
             }
@@ -169,11 +191,14 @@ def _measure(session, base: GenerationConfig, cells, baselines, prompt, spec) ->
             cfg = replace(base, mode=mode, width=width)
             runs.setdefault(("flashchat", mode, width), []).append(run_ours(session, prompt, cfg))
         for name, runner in baselines.items():
-            mode = "draft" if name.endswith("draft") else "ar" if name == "mlx-lm" else "dflash"
-            runs.setdefault((name, mode, 1), []).append(runner(prompt, spec.max_tokens))
-    reference = runs[("flashchat", Mode.AR, 1)][0]["output"]
+            runs.setdefault((name, BASELINE_MODES.get(name, "dflash"), 1), []).append(
+                runner(prompt, spec.max_tokens)
+            )
+    ours = runs[("flashchat", Mode.AR, 1)][0]["output"]
+    llama_plain = runs.get(("llama.cpp server", "ar", 1), [{"output": None}])[0]["output"]
     rows = []
     for (impl, mode, width), cell_runs in runs.items():
+        reference = llama_plain if impl == "llama.cpp dflash2" else ours  # lossless: its own
         median = sorted(cell_runs, key=lambda r: r["decode_tps"])[len(cell_runs) // 2]
         rows.append(
             {
@@ -190,8 +215,12 @@ def _measure(session, base: GenerationConfig, cells, baselines, prompt, spec) ->
             }
         )
     ar = rows[0]["decode_tps"] or 1.0
+    own_plain = {r["impl"]: r["decode_tps"] for r in rows if r["mode"] == "ar"}
+    own_plain["llama.cpp dflash2"] = own_plain.get("llama.cpp server", 0.0)
     for r in rows:
         r["vs_ar"] = r["decode_tps"] / ar
+        if own_plain.get(r["impl"]):  # over the same engine's plain decoding
+            r["vs_own_plain"] = r["decode_tps"] / own_plain[r["impl"]]
     return rows
 
 
@@ -202,6 +231,7 @@ def _print_row(r: dict[str, Any]) -> None:
         f"{r['category']:<6} {r['depth']:>5} {r['impl']:<13} {r['mode']:<8} w{r['width']} "
         f"{r['decode_tps']:7.2f} tok/s  tau {tau:>5}  {r['vs_ar']:.2f}x ar  "
         + (f"{r['vs_llama_cpp']:.2f}x llama.cpp  " if "vs_llama_cpp" in r else "")
+        + (f"{r['vs_own_plain']:.2f}x its plain  " if r["impl"].startswith("llama") else "")
         + f"{'same' if r['identical_to_ar'] else 'DIFFERENT'} {modes}",
         flush=True,
     )

@@ -14,6 +14,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+from engine_mlx.decoding.draft_vocab import DEFAULT_SIZE
 from engine_mlx.errors import EngineError
 
 COMMANDS = (
@@ -62,6 +63,24 @@ def add_training_commands(sub: argparse._SubParsersAction) -> None:
     td.add_argument("--sequences", type=int, default=8, help="sequences per step")
     td.add_argument("--anchors", type=int, default=16, help="blocks per sequence")
     td.add_argument("--seed", type=int, default=0)
+    td.add_argument("--warm-start", type=Path, default=None, help="start from this trained drafter")
+    td.add_argument(
+        "--reference",
+        type=int,
+        default=0,
+        metavar="GROUP",
+        help="llama.cpp's DFlash2: dynamic convolutions over channel groups of this size "
+        "(--conv taps) and the candidate selector",
+    )
+    td.add_argument(
+        "--draft-vocab",
+        type=int,
+        default=DEFAULT_SIZE,
+        help="tokens it may propose, the dataset's most frequent (0: all; llama.cpp runs only "
+        "drafters without one)",
+    )
+    td.add_argument("--selector-rank", type=int, default=16)
+    td.add_argument("--selector-top-k", type=int, default=8)
 
     tm = sub.add_parser("train-mtp", help="train an MTP head on a dataset")
     tm.add_argument("--model", type=Path, default=None, help="target folder (default: demo)")
@@ -144,6 +163,11 @@ def run_training_command(args: argparse.Namespace, resolve_model: Callable) -> i
                 sequences=args.sequences,
                 anchors=args.anchors,
                 seed=args.seed,
+                warm_start=str(args.warm_start or ""),
+                conv_group=args.reference,
+                selector_rank=args.selector_rank,
+                selector_top_k=args.selector_top_k,
+                draft_vocab=args.draft_vocab,
             )
             train_drafter(target, args.data, args.out, config, log=_log)
         elif args.command == "train-draft-lm":

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import mlx.core as mx
@@ -42,6 +42,7 @@ from engine_mlx.models.dflash import DFlashConfig, DFlashModel, load_dflash, sav
 from engine_mlx.models.target import TargetModel
 from engine_mlx.training.dataset import dataset_capture, load_fields
 from engine_mlx.training.progress import check_finite, checkpoint_record, past
+from engine_mlx.training.reference import reference_from, selector_loss, start_selector
 from engine_mlx.training.vocab import logits_over, renormalised, subset, weighted_kl
 
 STATE_FILE = "train_state.safetensors"
@@ -61,10 +62,16 @@ class DrafterTrainConfig:
     anchors: int = 16  # blocks per sequence
     decay: float = 0.8
     vocab_sample: int = 2048  # random extra tokens scored per step; 0 = the full vocabulary
-    draft_vocab: int = DEFAULT_SIZE  # tokens it may propose (decoding.draft_vocab)
+    draft_vocab: int = DEFAULT_SIZE  # tokens it may propose (decoding.draft_vocab); 0: all
     init_from_target: bool = True
     seed: int = 0
     checkpoint_every: int = 50
+    warm_start: str = ""  # a trained drafter to start from instead (any variant)
+    # llama.cpp's DFlash2 (training.reference) when conv_group > 0: the dynamic convolution
+    # of ``conv`` taps over groups of this many channels, and the selector
+    conv_group: int = 0
+    selector_rank: int = 16
+    selector_top_k: int = 8
 
 
 @dataclass
@@ -80,20 +87,44 @@ class Batch:
 
 
 def new_drafter(target: TargetModel, config: DrafterTrainConfig, capture: tuple[int, ...]):
+    """A drafter to train: from ``warm_start`` when set (converted to the reference format
+    when ``conv_group`` asks for it), else shaped like the target and seeded by its layers."""
+    if config.warm_start:
+        model = load_dflash(config.warm_start)
+        if tuple(model.config.target_layer_ids) != tuple(capture):
+            raise ValueError(
+                f"{config.warm_start} reads target layers {list(model.config.target_layer_ids)}"
+                f", the dataset has {list(capture)}"
+            )
+        if config.conv_group and not model.config.reference_dflash2:
+            model = reference_from(
+                model, config.conv, config.conv_group, config.selector_rank, config.selector_top_k
+            )
+        return model
     from engine_mlx.api import drafter_config_for
 
     cfg: DFlashConfig = drafter_config_for(
         target,
         layers=config.layers,
         block=config.block,
-        conv=config.conv,
+        conv=0 if config.conv_group else config.conv,
         capture=capture,
         mlp=config.mlp,
     )
+    if config.conv_group:
+        cfg = replace(
+            cfg,
+            conv_kernel_size=config.conv,
+            conv_group_size=config.conv_group,
+            selector_rank=config.selector_rank,
+            selector_top_k=config.selector_top_k,
+        )
     mx.random.seed(config.seed)
     model = DFlashModel(cfg)
     if config.init_from_target:
         copy_target_layers(model, target)
+    if cfg.reference_dflash2:
+        start_selector(model, config.seed)
     return model
 
 
@@ -201,29 +232,45 @@ def block_mask(anchors: np.ndarray, block: int, context: int) -> np.ndarray:
 def drafter_logits(model: DFlashModel, target: TargetModel, batch: Batch, mask_id: int):
     """Logits [S*M, B-1, vocab] for the masked positions of every block in the batch (over
     ``batch.vocab`` when set, see ``training.vocab``)."""
+    return logits_over(target, drafter_hidden(model, target, batch, mask_id), batch.vocab)
+
+
+def drafter_hidden(model: DFlashModel, target: TargetModel, batch: Batch, mask_id: int):
+    """Final-normed hidden states [S*M, B-1, H] of the masked positions."""
     ctx = model.project_context([batch.features])
     ctx_kv = [layer.self_attn.context_kv(ctx, model.rope, 0) for layer in model.layers]
     b = model.config.block_size
     block = mx.concatenate(
         [batch.roots[:, None], mx.full((batch.roots.shape[0], b - 1), mask_id, mx.int32)], 1
     )
-    hidden = model(target.embed(block), ctx_kv, batch.anchors, batch.mask)
-    return logits_over(target, hidden[:, 1:], batch.vocab)
+    return model(target.embed(block), ctx_kv, batch.anchors, batch.mask)[:, 1:]
 
 
 def drafter_loss(model: DFlashModel, target: TargetModel, batch: Batch, mask_id: int, decay):
-    logits = drafter_logits(model, target, batch, mask_id)  # [S*M, B-1, vocab]
+    """(distillation loss, plus the selector's for a reference drafter; the logits; [S*M,
+    B-1] whether the selector's walk picks the target's token, all False without one)."""
+    hidden = drafter_hidden(model, target, batch, mask_id)
+    logits = logits_over(target, hidden, batch.vocab)  # [S*M, B-1, vocab]
     w = batch.weights * (decay ** mx.arange(logits.shape[1], dtype=mx.float32))
-    return weighted_kl(logits, batch.teacher_ids, batch.teacher_p, w), logits
+    loss = weighted_kl(logits, batch.teacher_ids, batch.teacher_p, w)
+    if not model.config.reference_dflash2:
+        return loss, logits, mx.zeros(w.shape, dtype=mx.bool_)
+    labels = batch.teacher_ids[..., 0]
+    chosen, walked = selector_loss(model, hidden, logits, batch.roots, labels, batch.vocab, w)
+    return loss + chosen, logits, walked
 
 
-def accepted_lengths(logits: mx.array, batch: Batch) -> np.ndarray:
-    """Greedy single-path acceptance per block: leading positions whose draft argmax is the
-    target's most likely token (exact under greedy decoding of greedy continuations)."""
-    hit = np.array(mx.argmax(logits, -1) == batch.teacher_ids[..., 0]) & (
-        np.array(batch.weights) > 0
-    )
-    return np.cumprod(hit, axis=1).sum(axis=1)
+def accepted_lengths(hit: mx.array | np.ndarray, batch: Batch) -> np.ndarray:
+    """Single-path acceptance per block from [S*M, B-1] per-position hits: the leading
+    positions where the draft's pick is the target's most likely token (exact under greedy
+    decoding of greedy continuations)."""
+    valid = np.array(hit) & (np.array(batch.weights) > 0)
+    return np.cumprod(valid, axis=1).sum(axis=1)
+
+
+def argmax_hits(logits: mx.array, batch: Batch) -> mx.array:
+    """[S*M, B-1]: the draft's argmax is the target's most likely token."""
+    return mx.argmax(logits, -1) == batch.teacher_ids[..., 0]
 
 
 def _schedule(config: DrafterTrainConfig) -> Callable:
@@ -254,7 +301,7 @@ def train_drafter(
     counts = continuation_counts(sampler.shards, target.spec.vocab_size)
     vocab_size = target.spec.vocab_size
     draft_vocab = (
-        frequent_tokens(counts, config.draft_vocab) if config.draft_vocab < vocab_size else None
+        frequent_tokens(counts, config.draft_vocab) if 0 < config.draft_vocab < vocab_size else None
     )
     optimizer = optim.AdamW(learning_rate=_schedule(config), weight_decay=0.01)
     optimizer.init(model.trainable_parameters())
@@ -271,17 +318,22 @@ def train_drafter(
         rng = np.random.default_rng([config.seed, step])
         vocab = (target.spec.vocab_size, config.vocab_sample)
         batch = sampler.sample(rng, config.sequences, config.anchors, vocab)
-        (loss, logits), grads = loss_and_grad(model, batch)
+        (loss, logits, walked), grads = loss_and_grad(model, batch)
         grads, _ = optim.clip_grad_norm(grads, 1.0)
         optimizer.update(model, grads)
-        mx.eval(model.parameters(), optimizer.state, loss, logits)
-        accepted = accepted_lengths(logits, batch)
-        history.append({"step": step + 1, "loss": float(loss), "tau": 1 + float(accepted.mean())})
+        mx.eval(model.parameters(), optimizer.state, loss, logits, walked)
+        accepted = accepted_lengths(argmax_hits(logits, batch), batch)
+        record = {"step": step + 1, "loss": float(loss), "tau": 1 + float(accepted.mean())}
+        if model.config.reference_dflash2:
+            record["tau_walk"] = 1 + float(accepted_lengths(walked, batch).mean())
+        history.append(record)
         check_finite(loss, step + 1)
         stop = past(deadline)
         if stop or (step + 1) % config.checkpoint_every == 0 or step + 1 == config.steps:
             _checkpoint(model, optimizer, out, history, config, draft_vocab)
             metrics = {"loss": ("loss", 4), "tau_proxy": ("tau", 3)}
+            if "tau_walk" in record:
+                metrics["tau_walk"] = ("tau_walk", 3)
             log(checkpoint_record(history, config.checkpoint_every, t0, metrics))
         if stop:
             break

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as T
 
+from engine_mlx.bench.llama_server import start_server as start_llama_server
 from engine_mlx.config import GenerationConfig
 from engine_mlx.decoding.dflash_drafter import DFlashDrafter
 from engine_mlx.models.dflash import DFlashConfig, DFlashModel
@@ -32,7 +33,6 @@ from engine_mlx.models.target import TargetModel
 from engine_mlx.session import Session
 from tests.conftest import require_asset
 from tests.engine_mlx.models.gguf import synthetic as syn
-from tests.support.llama_server import start_llama_server
 
 REPO = Path(__file__).resolve().parents[4]
 SERVER = Path(

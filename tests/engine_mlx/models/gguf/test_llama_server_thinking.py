@@ -19,13 +19,13 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as T
 
+from engine_mlx.bench.llama_server import start_server as start_llama_server
 from engine_mlx.config import GenerationConfig
 from engine_mlx.events import Finished, Tokens
 from engine_mlx.remote import Endpoint, RemoteSession, normalise_url
 from tests.conftest import require_asset
 from tests.engine_mlx.models.gguf import synthetic as syn
 from tests.engine_mlx.models.gguf.test_llama_cpp_parity import SERVER, _hf_shape
-from tests.support.llama_server import start_llama_server
 from tests.support.tiny_models import THINKING_TEMPLATES
 
 pytestmark = pytest.mark.slow
