@@ -28,7 +28,7 @@ class AppSettings:
     system_prompt: str = "You are a helpful assistant."
     draft_width: int = 2
     block_size: int = 0  # 0 = the drafter's own
-    auto_threshold: int = 0  # 0: the measured cost model; N: switch at N tokens
+    auto_threshold: int = 0  # 0: the expected-rate policy (measured); N: switch at N tokens
     auto_toggle: bool = True
     forced_mode: str = Mode.AUTO.value  # a Mode id, stored as text
     colour_draft_tokens: bool = False

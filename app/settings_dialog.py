@@ -40,10 +40,11 @@ class SettingsDialog(QDialog):
         self.block_size = self._int(0, 64, settings.block_size, "Block size (0: the drafter's)")
         self.auto_threshold = self._int(0, 1_000_000, settings.auto_threshold, "Auto threshold")
         self.auto_threshold.setSuffix(" tokens")
-        self.auto_threshold.setSpecialValueText("measured (cost model)")
+        self.auto_threshold.setSpecialValueText("measured (expected speed)")
         self.auto_threshold.setToolTip(
-            "Auto mode: 0 picks the fastest mode from measured speed at each context depth; "
-            "a number switches to plain decoding from that many context tokens on."
+            "Auto mode: 0 picks, every step, the mode expected fastest from its drafts and this "
+            "machine's measured step costs; a number switches to plain decoding from that many "
+            "context tokens on."
         )
         self.colour_draft = QCheckBox("Tint text that came from accepted draft tokens", self)
         self.colour_draft.setAccessibleName("Colour drafted tokens")

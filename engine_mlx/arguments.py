@@ -65,8 +65,8 @@ def add_speculation(p: argparse.ArgumentParser) -> None:
         "--policy",
         default="expected",
         choices=list(POLICIES),
-        help="auto mode: expected tokens/s per step (expected), rates learned by probing "
-        "(cost) or a context threshold",
+        help="auto mode: expected tokens/s per step (expected) or a fixed context threshold "
+        "(threshold)",
     )
     p.add_argument(
         "--auto-threshold",

@@ -13,7 +13,7 @@ from engine_mlx.decoding.sampling import SamplingParams
 from engine_mlx.errors import EngineError
 from engine_mlx.modes import MTP_STEPS, Mode, parse_mode
 
-POLICIES = ("expected", "cost", "threshold")
+POLICIES = ("expected", "threshold")
 MAX_WIDTH = 8
 BLOCK_SIZES = (2, 64)
 
@@ -29,8 +29,8 @@ class GenerationConfig:
     width: int = 1  # candidate paths per verification (speculative modes)
     block_size: int | None = None  # draft block; None = the drafter's own (lookup: 8)
     lookup: bool = True  # prompt-lookup candidates in the speculative tree
-    # auto mode: "expected" (per step, from the drafts and the machine's step costs), "cost"
-    # (rates learned by probing) or "threshold" (a context depth)
+    # auto mode: "expected" (per step, from the drafts and the machine's step costs) or
+    # "threshold" (a fixed context depth, set by hand)
     policy: str = "expected"
     auto_threshold: int = 4096  # the threshold policy's switch depth
     mtp_steps: int | None = None  # tokens an MTP head drafts per step (1-4); None: the head's

@@ -12,7 +12,6 @@ import threading
 from collections.abc import Iterator, Sequence
 
 from engine_mlx.auto import (
-    CostModelPolicy,
     ExpectedRatePolicy,
     Policy,
     StepCosts,
@@ -94,14 +93,11 @@ class Session:
         modes = self.auto_modes
         key = (config.policy, config.auto_threshold, config.sampling.greedy, tuple(modes))
         if key not in self._policies:
-            if config.policy == "expected":
-                self._policies[key] = ExpectedRatePolicy(modes, self.step_costs)
-            elif config.policy == "threshold":
+            if config.policy == "threshold":
                 long_mode = Mode.MTP if Mode.MTP in modes else Mode.AR
                 self._policies[key] = ThresholdPolicy(config.auto_threshold, modes[1], long_mode)
             else:
-                preferred = Mode.DFLASH2 if Mode.DFLASH2 in modes else Mode.AR
-                self._policies[key] = CostModelPolicy(modes, preferred=preferred)
+                self._policies[key] = ExpectedRatePolicy(modes, self.step_costs)
         return self._policies[key]
 
     def drafters_for(self, mode: Mode) -> list[Drafter]:

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import pytest
 
+from engine_mlx.auto.step_costs import StepCosts
 from engine_mlx.config import GenerationConfig
 from engine_mlx.decoding.dflash_drafter import DFlashDrafter
 from engine_mlx.decoding.strategies import Autoregressive
 from engine_mlx.events import Finished, ModeSwitch, Tokens
+from engine_mlx.modes import Mode
 from engine_mlx.session import Session
+from tests.support.auto_driver import drive_auto
 from tests.support.drafters import random_dflash
 
 PROMPT = "Hello world, the quick brown fox"
@@ -48,15 +51,25 @@ def test_threshold_crossing_switches_and_stays_lossless(arch, tiny_target):
     assert set(finished.stats.modes) == {"dflash2", "ar"}
 
 
+def _switch_every_few_steps(monkeypatch) -> None:
+    """Auto mode switches between plain decoding and DFlash2 every five choices (a new reply:
+    the policy's own choice), whatever the step costs say."""
+    costs = StepCosts({(n, d): (30 + n) / 1000 for n in (1, 2, 4, 8, 16) for d in (0, 1024)})
+    drive_auto(
+        monkeypatch,
+        lambda k: costs,
+        lambda k, current: (Mode.DFLASH2 if (k // 5) % 2 else Mode.AR) if current else None,
+    )
+
+
 @pytest.mark.parametrize("arch", ["llama", "qwen3_5"])
-def test_cost_policy_probing_back_and_forth_is_lossless(arch, tiny_target):
+def test_switching_back_and_forth_is_lossless(arch, tiny_target, monkeypatch):
     target = tiny_target(arch)
     ids = target.tokenizer.encode(PROMPT)
     drafter = DFlashDrafter(random_dflash(target), target)
     session = Session(target, drafter)
-    config = GenerationConfig(max_tokens=60, mode="auto", ignore_eos=True, width=3, policy="cost")
-    policy = session.policy(config)
-    policy.probe_interval, policy.probe_steps, policy.stale_after = 5, 3, 6  # switch a lot
+    config = GenerationConfig(max_tokens=60, mode="auto", ignore_eos=True, width=3)
+    _switch_every_few_steps(monkeypatch)
     events = list(session.generate(ids, config))
     switches = [e for e in events if isinstance(e, ModeSwitch)]
     directions = {(s.from_mode, s.to_mode) for s in switches}
@@ -91,9 +104,8 @@ def test_plain_decoding_hands_over_without_discarding_its_queued_forward(
     target = tiny_target(arch)
     ids = target.tokenizer.encode(PROMPT)
     session = Session(target, DFlashDrafter(random_dflash(target), target))
-    config = GenerationConfig(max_tokens=60, mode="auto", ignore_eos=True, width=2, policy="cost")
-    policy = session.policy(config)
-    policy.probe_interval, policy.probe_steps, policy.stale_after = 5, 3, 6  # switch a lot
+    config = GenerationConfig(max_tokens=60, mode="auto", ignore_eos=True, width=2)
+    _switch_every_few_steps(monkeypatch)
     queued_at_release: list[bool] = []
     release = Autoregressive.release
 

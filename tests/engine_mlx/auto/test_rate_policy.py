@@ -6,14 +6,11 @@ from __future__ import annotations
 
 import pytest
 
+from engine_mlx.auto.looks import CUED_LOOK_EVERY, LOOK_BUDGET
+from engine_mlx.auto.mode_choice import IDLE_TRIAL_STEPS
 from engine_mlx.auto.mode_record import SETTLE_STEPS
 from engine_mlx.auto.policy import Choice
-from engine_mlx.auto.rate_policy import (
-    CUED_LOOK_EVERY,
-    IDLE_TRIAL_STEPS,
-    LOOK_BUDGET,
-    ExpectedRatePolicy,
-)
+from engine_mlx.auto.rate_policy import ExpectedRatePolicy
 from engine_mlx.auto.step_costs import StepCosts
 from engine_mlx.config import GenerationConfig
 from engine_mlx.decoding.dflash_drafter import DFlashDrafter
@@ -135,7 +132,8 @@ def test_a_mode_that_ran_behind_plain_needs_a_wider_margin_each_time_it_is_rejoi
     def rejoins(times_plain: float) -> bool:
         """Whether a look promising ``times_plain`` plain decoding's rate switches to it."""
         plain_s = policy.costs.verify_s(1, 0)  # as the machine's pace has it now
-        policy._set_look(policy._state(Mode.DFLASH2), LengthPlan(4, 2.0, 2 * plain_s / times_plain))
+        look = LengthPlan(4, 2.0, 2 * plain_s / times_plain)
+        policy.looks.set_look(policy.looks.record(Mode.DFLASH2), look)
         return policy.choose(0, Mode.AR).mode is Mode.DFLASH2
 
     def runs_behind_plain() -> None:
