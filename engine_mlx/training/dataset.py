@@ -337,12 +337,17 @@ def shard_paths(folder: str | Path) -> list[Path]:
     return paths
 
 
-def dataset_capture(folder: str | Path) -> tuple[int, ...]:
-    """The target layers whose features the dataset holds (the drafter must read these)."""
+def dataset_config(folder: str | Path) -> dict[str, Any]:
+    """The settings the dataset was made with (its manifest's)."""
     manifest = Path(folder) / MANIFEST
     if not manifest.exists():
         raise FileNotFoundError(f"{folder}: no {MANIFEST}; make the dataset with make-dataset")
-    return tuple(json.loads(manifest.read_text())["config"]["capture"])
+    return json.loads(manifest.read_text())["config"]
+
+
+def dataset_capture(folder: str | Path) -> tuple[int, ...]:
+    """The target layers whose features the dataset holds (the drafter must read these)."""
+    return tuple(dataset_config(folder)["capture"])
 
 
 def load_fields(folder: str | Path, fields: tuple[str, ...]) -> list[dict[str, np.ndarray]]:

@@ -40,7 +40,7 @@ from engine_mlx.decoding.draft_vocab import (
 )
 from engine_mlx.models.dflash import DFlashConfig, DFlashModel, load_dflash, save_dflash
 from engine_mlx.models.target import TargetModel
-from engine_mlx.training.dataset import dataset_capture, load_fields
+from engine_mlx.training.dataset import dataset_capture, dataset_config, load_fields
 from engine_mlx.training.progress import check_finite, checkpoint_record, past
 from engine_mlx.training.reference import reference_from, selector_loss, start_selector
 from engine_mlx.training.vocab import logits_over, renormalised, subset, weighted_kl
@@ -164,6 +164,7 @@ class BlockSampler:
         self.block = block
         fields = ("tokens", "lengths", "features", "top_ids", "top_logp")
         self.shards = load_fields(folder, fields)
+        self.teacher_forced = dataset_config(folder).get("teacher_forced", False)
         usable = [(s, r) for s, sh in enumerate(self.shards) for r in range(len(sh["lengths"]))]
         self.rows = [(s, r) for s, r in usable if self._last_anchor(s, r) >= self._first(s)]
         if not self.rows:
@@ -198,9 +199,12 @@ class BlockSampler:
                 targets = np.arange(a + 1, a + b)  # token positions the block predicts
                 valid = targets <= last + 1
                 rows_t = np.minimum(targets - 1, total - 1)
+                teacher = sh["top_ids"][row, rows_t]
+                if self.teacher_forced:
+                    valid &= own_path(tokens[row, np.minimum(targets, total - 1)], teacher[:, 0])
                 roots.append(tokens[row, a])
                 starts.append(a)
-                t_ids.append(sh["top_ids"][row, rows_t])
+                t_ids.append(teacher)
                 t_logp.append(sh["top_logp"][row, rows_t].astype(np.float32))
                 weights.append(valid.astype(np.float32))
         p = renormalised(np.stack(t_logp))
@@ -216,6 +220,17 @@ class BlockSampler:
             weights=mx.array(np.stack(weights)),
             vocab=None if scored is None else mx.array(scored),
         )
+
+
+def own_path(tokens: np.ndarray, choices: np.ndarray) -> np.ndarray:
+    """Which block positions the teacher taught along its own path: position j's teacher saw
+    the text's tokens before j, and a drafter at run time drafts after the target's own
+    choices, so j counts only where every earlier text token was the teacher's choice
+    (``tokens[i]`` the text at block position i + 1, ``choices[i]`` the teacher's there).
+    Generated replies are the target's own path throughout; on corpus text, the first
+    position always counts and a later one where the target would have written the text."""
+    agree = tokens[:-1] == choices[:-1]
+    return np.concatenate([[True], np.cumprod(agree).astype(bool)])
 
 
 def block_mask(anchors: np.ndarray, block: int, context: int) -> np.ndarray:

@@ -29,8 +29,8 @@ def envs() -> Path:
 
 def test_both_cells_run_our_drafter_and_read_tau_from_the_servers_counts(
     envs,
-    pair,
-    tmp_path,  # noqa: F811
+    pair,  # noqa: F811 (the fixture)
+    tmp_path,
 ):
     target_gguf, _, target, drafter = pair
     folder = save_dflash(drafter, tmp_path / "drafter")
@@ -49,8 +49,8 @@ def test_both_cells_run_our_drafter_and_read_tau_from_the_servers_counts(
 
 def test_a_drafter_llama_cpp_cannot_run_is_named_with_the_reason(
     envs,
-    pair,
-    tmp_path,  # noqa: F811
+    pair,  # noqa: F811 (the fixture)
+    tmp_path,
 ):
     target_gguf, _, target, _ = pair
     present = new_drafter(target, DrafterTrainConfig(layers=1, block=BLOCK, conv=3), (0,))

@@ -92,3 +92,42 @@ def test_a_narrower_mlp_starts_from_the_leading_block_of_the_targets(tiny_target
     assert mx.array_equal(mine.down_proj.weight, theirs.down_proj.weight[:, :48]).item()
     attention = model.layers[0].self_attn.q_proj.weight
     assert mx.array_equal(attention, target.layers[first].self_attn.q_proj.weight).item()
+
+
+def test_own_path_counts_a_position_only_after_the_teachers_own_choices():
+    from engine_mlx.training.dflash import own_path
+
+    text = np.array([5, 6, 7, 8, 9])
+    assert own_path(text, np.array([5, 6, 7, 8, 0])).tolist() == [True] * 5
+    assert own_path(text, np.array([5, 1, 7, 8, 9])).tolist() == [True, True, False, False, False]
+    assert own_path(text, np.array([0, 6, 7, 8, 9])).tolist() == [True] + [False] * 4
+
+
+def test_teacher_forced_blocks_are_taught_along_the_targets_own_path(tiny_target, tmp_path):
+    from engine_mlx.training.dataset import build_dataset
+    from engine_mlx.training.prompts import PromptBuilder
+    from tests.engine_mlx.training.conftest import text_sources
+    from tests.engine_mlx.training.test_dataset import TEACHER
+
+    target = tiny_target("llama")
+    builder = PromptBuilder(target.tokenizer, text_sources(tmp_path / "text"), "train")
+    data = build_dataset(target, builder, tmp_path / "data", TEACHER, log=lambda _: None)
+    sampler = BlockSampler(data, CONFIG.block)
+    assert sampler.teacher_forced
+    batch = sampler.sample(np.random.default_rng(0), 2, 8, (target.spec.vocab_size, 0))
+    weights, features = np.array(batch.weights), np.array(batch.features)
+    per_seq = len(weights) // len(features)
+    for i, a in enumerate(np.array(batch.anchors)):
+        shard = next(
+            sh for sh in sampler.shards
+            if any(np.array_equal(features[i // per_seq], f) for f in sh["features"])
+        )  # fmt: skip
+        row = next(
+            r for r, f in enumerate(shard["features"]) if np.array_equal(features[i // per_seq], f)
+        )
+        tokens, choices = shard["tokens"][row], shard["top_ids"][row, :, 0]
+        last = int(shard["lengths"][row]) - 1
+        for j in range(1, CONFIG.block):  # block position j predicts the token at a + j
+            taught = all(tokens[a + k] == choices[a + k - 1] for k in range(1, j))
+            assert weights[i, j - 1] == float(taught and a + j <= last)
+    assert weights[:, 0].all() and 0 < weights.sum() < weights.size
