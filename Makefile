@@ -15,12 +15,13 @@ run: $(STAMP)
 test: $(STAMP)
 	bash scripts/build_llama_cpp.sh
 	bash scripts/setup_llama_converter.sh || test $$? -eq 3
-	QT_QPA_PLATFORM=offscreen FLASHCHAT_REQUIRE_ASSETS=1 $(PY) -m pytest --durations=30
+	QT_QPA_PLATFORM=offscreen FLASHCHAT_REQUIRE_ASSETS=1 $(PY) -m pytest -n auto --durations=30
 
 # The edit-test loop: everything but the tests marked slow (the real demo model, sampled
-# distributions, fuzzing), under a minute on a 2-core CPU. `make test` runs them all.
+# distributions, fuzzing), under a minute on a 2-core CPU. `make test` runs them all; both
+# run the tests on every core (pytest-xdist).
 test-fast: $(STAMP)
-	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -m "not slow" -q
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -n auto -m "not slow" -q
 
 setup: $(STAMP)
 

@@ -18,7 +18,8 @@ OVERRIDES = {"temperature": 0.0, "max_tokens": 64}  # generation settings for th
 
 class AskAndQuit(QObject):
     """Drives ``window`` (a MainWindow) through one question; it reads ``window.worker``'s
-    signals and uses its prompt, Send and close."""
+    signals and uses its prompt, Send and close. The window asks for its model once the event
+    loop runs, so these connections hear even a load that fails at once."""
 
     def __init__(self, window: Any, text: str) -> None:
         super().__init__(window)

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, QThread, Signal, Slot
+from PySide6.QtCore import QByteArray, QThread, QTimer, Signal, Slot
 from PySide6.QtGui import (
     QCloseEvent,
     QIcon,
@@ -88,7 +88,7 @@ class MainWindow(QMainWindow):
             self.library.show_first_run(self._center_column, self.chat)
         else:
             self.model_bar.set_status("Loading model…")
-            self.request_load.emit(model_path, drafter_path)
+            QTimer.singleShot(0, self, lambda: self.request_load.emit(model_path, drafter_path))
 
     # ---------------------------------------------------------------- history file
     def _show_storage_problem(self, message: str) -> None:

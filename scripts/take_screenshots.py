@@ -163,6 +163,39 @@ class Driver(QObject):
         QApplication.sendEvent(self.win, QDragEnterEvent(pos, copy, mime, left, none))
         QApplication.sendEvent(self.win, QDropEvent(QPointF(pos), copy, mime, left, none))
 
+    @Slot(object)
+    def on_loaded_drop(self, _info: object) -> None:
+        QTimer.singleShot(500, self.start_drop)
+
+    @Slot()
+    def start_drop(self) -> None:
+        from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
+        from PySide6.QtGui import QDragEnterEvent, QDropEvent
+        from PySide6.QtWidgets import QApplication
+
+        self.win.open_library()
+        self.win.library_view.setGeometry(170, 110, 960, 500)
+        mime = QMimeData()
+        mime.setUrls([QUrl.fromLocalFile(str(self.args.drop.resolve()))])
+        pos = self.win.rect().center()
+        copy, left = Qt.DropAction.CopyAction, Qt.MouseButton.LeftButton
+        none = Qt.KeyboardModifier.NoModifier
+        QApplication.sendEvent(self.win, QDragEnterEvent(pos, copy, mime, left, none))
+        QApplication.sendEvent(self.win, QDropEvent(QPointF(pos), copy, mime, left, none))
+
+    @Slot(str, str)
+    def on_drop_done(self, _job: str, message: str) -> None:
+        print("library:", message)
+        QTimer.singleShot(800, self.finish_drop)
+
+    @Slot()
+    def finish_drop(self) -> None:
+        path = self.args.out / "drop.png"
+        self.win.library_view.grab().save(str(path))
+        print("saved", path)
+        self.win.close()
+        self.app.quit()
+
     @Slot()
     def finish_library(self) -> None:
         path = self.args.out / "library.png"  # the library window alone, not the whole screen
@@ -200,6 +233,7 @@ def main() -> int:
     parser.add_argument("--library", action="store_true", help="library.png: a download")
     parser.add_argument("--library-repo", default=DEMO.hub_repo)
     parser.add_argument("--library-speed", type=float, default=6e6, help="bytes/s served")
+    parser.add_argument("--drop", type=Path, default=None, help="drop.png: this file dropped")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     hub = prepare_library(args) if args.library else None
@@ -223,6 +257,11 @@ def main() -> int:
         win.worker.model_loaded.disconnect(driver.on_loaded)
         win.worker.model_loaded.connect(driver.on_loaded_library)
         win.library_worker.progress.connect(driver.on_library_progress)
+    elif args.drop:
+        win.worker.model_loaded.disconnect(driver.on_loaded)
+        win.worker.model_loaded.connect(driver.on_loaded_drop)
+        win.library_worker.installed.connect(driver.on_drop_done)
+        win.library_worker.failed.connect(driver.on_drop_done)
     code = app.exec()
     if hub is not None:
         hub.stop()

@@ -9,7 +9,7 @@
 set -euo pipefail
 NAME=${1:?target name}; WORK=${2:?work folder}; CORPORA=${3:?corpora folder}
 PY=${PY:-.venv/bin/python}
-MODEL=$($PY -m engine_mlx demo --all | grep "/$NAME$")
+MODEL=${MODEL:-$($PY -m engine_mlx demo --all | grep "/$NAME$")}  # or the form the app runs, e.g. its -4bit
 SHIPPED=resources/companions/$NAME/$NAME-DFlash2
 CAPTURE=$($PY -c "import json,sys; print(','.join(map(str, json.load(open(sys.argv[1]))['dflash_config']['target_layer_ids'])))" "$SHIPPED/config.json")
 mkdir -p "$WORK"
@@ -17,5 +17,5 @@ $PY -m engine_mlx make-dataset --model "$MODEL" --out "$WORK/data" --corpora "$C
   --teacher-forced --shards "${SHARDS:-48}" --batch 16 --new-tokens 512 --prompt-lengths 128 \
   --capture "$CAPTURE" --seed 46
 $PY -m engine_mlx train-drafter --model "$MODEL" --data "$WORK/data" --out "$WORK/reference" \
-  --warm-start "$SHIPPED" --reference "${GROUP:-64}" --conv 4 --draft-vocab 0 \
+  --warm-start "$SHIPPED" --reference "${GROUP:-64}" --conv 4 --draft-vocab "${DRAFT_VOCAB:-0}" \
   --steps "${STEPS:-1500}" --lr "${LR:-3e-4}"

@@ -16,6 +16,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("MLX_ENABLE_TF32", "0")
 
 import engine_mlx  # noqa: F401  (the BLAS before mlx)
+from tests.support.serving import serve_process, tiny_folder  # noqa: F401  (session fixtures)
 from tests.support.tiny_models import build_tiny_model
 
 # The suite must not turn red on an example no one has seen before: the fuzzers replay the same

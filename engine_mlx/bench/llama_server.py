@@ -55,10 +55,11 @@ def start_server(binary: Path, args: list[str], log: Path) -> tuple[subprocess.P
     raise EngineError(f"llama-server did not start: {log.read_text(errors='replace')[-2000:]}")
 
 
-def complete(port: int, prompt: list[int], tokens: int) -> dict[str, Any]:
-    """One greedy /completion of exactly ``tokens`` tokens after ``prompt`` (token ids)."""
+def complete(port: int, prompt: list[int], tokens: int, keep_prompt: bool = True) -> dict[str, Any]:
+    """One greedy /completion of exactly ``tokens`` tokens after ``prompt`` (token ids);
+    ``keep_prompt``: the server may reuse a previous request's prefill (``cache_prompt``)."""
     body = {"prompt": prompt, "n_predict": tokens, "temperature": 0, "top_k": 1,
-            "ignore_eos": True, "return_tokens": True, "cache_prompt": True}  # fmt: skip
+            "ignore_eos": True, "return_tokens": True, "cache_prompt": keep_prompt}  # fmt: skip
     request = urllib.request.Request(
         f"http://127.0.0.1:{port}/completion",
         json.dumps(body).encode(),

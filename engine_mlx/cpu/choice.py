@@ -4,8 +4,9 @@ Each candidate is timed in its own process (``probe``). The score is the prefill
 time: with the small-batch product built, the BLAS only does products of more than 32 rows.
 Without it, decoding's one-row products count too, weighted as a 64-token answer to a
 512-token prompt. The pick is cached in ``paths.cache_dir()/blas-choice.json`` under a key of
-the CPU, its cores, MLX's version and the candidates' files, so a new CPU, a new MLX or an
-upgraded library measures again. Stdlib only.
+the CPU, its cores, MLX's version, whether the small-batch product is built and the
+candidates' files, so a new CPU, a new MLX or an upgraded library measures again; a few keys
+are kept side by side. Stdlib only.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from engine_mlx.cpu.machine import cores, cpu_signature
 from engine_mlx.paths import cache_dir
 
 ANSWER_TOKENS_PER_CHUNK = 64
+MAX_CACHED = 8  # picks kept in the cache file
 
 
 @dataclass(frozen=True)
@@ -102,25 +104,34 @@ def _key(candidates: list[Candidate], small_gemm: bool) -> str:
     return "\n".join(parts)
 
 
-def _read(key: str) -> Choice | None:
+def _entries() -> dict[str, dict]:
+    """The cached picks by key: one per setting (with and without the small-batch product), so
+    a process that runs with the other setting does not measure again and evict this one."""
     try:
         data = json.loads(cache_file().read_text(encoding="utf-8"))
-        if data.get("key") == key:
-            return Choice(str(data["name"]), str(data["reason"]))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        pass
-    return None
+        entries = data["choices"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    return entries if isinstance(entries, dict) else {}
+
+
+def _read(key: str) -> Choice | None:
+    try:
+        entry = _entries()[key]
+        return Choice(str(entry["name"]), str(entry["reason"]))
+    except (KeyError, TypeError):
+        return None
 
 
 def _write(key: str, choice: Choice) -> None:
     path = cache_file()
+    entries = {k: v for k, v in _entries().items() if k != key}
+    entries[key] = {"name": choice.name, "reason": choice.reason}
+    entries = dict(list(entries.items())[-MAX_CACHED:])  # the newest: old CPUs, MLX versions go
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(
-            json.dumps({"key": key, "name": choice.name, "reason": choice.reason}),
-            encoding="utf-8",
-        )
+        tmp.write_text(json.dumps({"choices": entries}), encoding="utf-8")
         os.replace(tmp, path)
     except OSError:
         pass  # a read-only cache: measure again next time

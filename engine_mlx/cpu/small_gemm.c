@@ -190,11 +190,15 @@ static pthread_cond_t wake = PTHREAD_COND_INITIALIZER;
 static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
 static int threads = 0; /* 0: one per core available to the process */
 static atomic_uint generation;
-static atomic_int pending;
-/* The job in hand: part ``index`` of ``parts`` of it is ``job_fn(job_ctx, index, parts)``. */
+/* The job in hand: part ``index`` of ``parts`` of it is ``job_fn(job_ctx, index, parts)``.
+ * Its parts are claimed from ``ticket`` by whichever thread comes first, the calling thread
+ * included: a worker the OS has not scheduled yet (a busy machine) leaves its part to the
+ * others instead of holding the product up. ``ticket`` packs the job's parts (bits 32-39) and
+ * the next part to claim (0-31), so one atomic add claims a part and reads its job's count. */
 static part_fn job_fn;
 static const void *job_ctx;
-static int job_parts;
+static _Atomic uint64_t ticket;
+static atomic_int parts_done;
 
 static inline void relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -225,6 +229,18 @@ static double seconds(void) {
  * tens of microseconds apart, and waking a sleeping thread costs about as much. */
 #define SPIN_SECONDS 1e-3
 
+/* Run the job's parts not claimed yet; a claim past its last part ends it. A successful claim
+ * means the job is not finished, so its function and context are still the ones published. */
+static void claim_parts(void) {
+  for (;;) {
+    const uint64_t t = atomic_fetch_add(&ticket, 1);
+    const int index = (int)(uint32_t)t, parts = (int)((t >> 32) & 0xff);
+    if (index >= parts) return;
+    job_fn(job_ctx, index, parts);
+    atomic_fetch_add(&parts_done, 1);
+  }
+}
+
 /* The cores the process may use, read when the library is loaded: the engine then pins its
  * decoding thread (and so MLX's stream thread) to one core, but the workers must spread out. */
 static cpu_set_t process_cores;
@@ -235,7 +251,7 @@ __attribute__((constructor)) static void read_process_cores(void) {
 }
 
 static void *worker(void *arg) {
-  const int index = (int)(intptr_t)arg;
+  (void)arg;
   unsigned seen = 0;
   if (process_cores_known)
     pthread_setaffinity_np(pthread_self(), sizeof(process_cores), &process_cores);
@@ -252,8 +268,7 @@ static void *worker(void *arg) {
       pthread_mutex_unlock(&wake_lock);
     }
     seen = now;
-    if (index < job_parts) job_fn(job_ctx, index, job_parts);
-    atomic_fetch_sub(&pending, 1);
+    claim_parts();
   }
   return NULL;
 }
@@ -273,7 +288,8 @@ static void start_pool(void) {
 }
 
 /* Run ``fn`` in ``parts`` parts (at most one per thread; 1 runs it here), the calling thread
- * taking part 0. While another product holds the pool, this one runs on the calling thread. */
+ * claiming parts like the workers and then waiting only for the parts under way. While another
+ * product holds the pool, this one runs on the calling thread. */
 void fc_parallel(part_fn fn, const void *ctx, int parts) {
   pthread_once(&pool_once, start_pool);
   if (parts > threads) parts = threads;
@@ -283,14 +299,14 @@ void fc_parallel(part_fn fn, const void *ctx, int parts) {
   }
   job_fn = fn;
   job_ctx = ctx;
-  job_parts = parts;
-  atomic_store(&pending, threads - 1);
+  atomic_store(&parts_done, 0);
+  atomic_store(&ticket, (uint64_t)parts << 32);
   pthread_mutex_lock(&wake_lock);
   atomic_fetch_add(&generation, 1);
   pthread_cond_broadcast(&wake);
   pthread_mutex_unlock(&wake_lock);
-  fn(ctx, 0, parts);
-  while (atomic_load(&pending) > 0) relax();
+  claim_parts();
+  while (atomic_load(&parts_done) < parts) relax();
   pthread_mutex_unlock(&pool_lock);
 }
 

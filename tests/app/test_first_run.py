@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from app import first_run
 from app.main_window import MainWindow
 from engine_mlx.version import version
@@ -34,19 +36,24 @@ def test_empty_library_shows_what_to_do_and_loads_what_is_installed(
     win.close()
 
 
-def test_one_version_everywhere(qtbot, make_window):
+def test_one_version_everywhere(qtbot, make_window, capsys):
+    """``--version`` of both commands (their ``main``, as ``python -m`` runs it) and About."""
+    from app.__main__ import main as app_main
+    from engine_mlx.cli import main as engine_main
+
     text = (ROOT / "pyproject.toml").read_text()
     expected = re.search(r'^version = "([^"]+)"', text, re.MULTILINE).group(1)
     assert version() == expected
-    for module in ("app", "engine_mlx"):
-        out = subprocess.run(
-            [sys.executable, "-m", module, "--version"], capture_output=True, text=True, check=True
-        )
-        assert out.stdout.strip() == f"FlashChat {expected}"
+    for main in (app_main, engine_main):
+        with pytest.raises(SystemExit) as exited:
+            main(["--version"])
+        assert exited.value.code == 0
+        assert capsys.readouterr().out.strip() == f"FlashChat {expected}"
     win = make_window()
     assert f"FlashChat {expected}" in win.about_text()
 
 
+@pytest.mark.slow  # the app in a process of its own
 def test_ask_answers_greedily_stores_the_conversation_and_quits(tmp_path, tiny_model_dir):
     """``python -m app --ask``: the smoke test a bundle is checked with."""
     import os
@@ -68,6 +75,7 @@ def test_ask_answers_greedily_stores_the_conversation_and_quits(tmp_path, tiny_m
     assert temperature is None or float(temperature[0]) != 0.0  # the override was not saved
 
 
+@pytest.mark.slow  # the app in a process of its own
 def test_ask_with_a_model_that_will_not_load_says_why_and_exits_1(tmp_path):
     """A bundle missing a module, or a broken model folder: one line naming the model, status 1,
     the threads stopped first (not an abort)."""

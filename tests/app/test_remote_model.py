@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from app.connect_dialog import ConnectDialog
-from tests.support.serving import serve_process, tiny_folder  # noqa: F401  (fixtures)
 
 
-def test_connect_and_chat_with_a_remote_model(qtbot, make_window, monkeypatch, serve_process):  # noqa: F811
+@pytest.mark.slow  # a server process
+def test_connect_and_chat_with_a_remote_model(qtbot, make_window, monkeypatch, serve_process):
     win = make_window()
     dialog = ConnectDialog(win)
     dialog.url.setText(serve_process)  # no /v1: added

@@ -1,27 +1,26 @@
-"""The CLI contract: ``generate --json`` events, errors with exit code 2, and bench output."""
+"""The CLI contract: ``generate --json`` events, errors with exit code 2, and bench output.
+``main`` runs in this process: the same argument parsing, output and exit status as
+``python -m engine_mlx`` (which the server's and the library's process tests start), without a
+fresh interpreter importing the engine for each command."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
-import os
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from engine_mlx.cli import main
 
 
-def _cli(*args: str, timeout: int = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "engine_mlx", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=ROOT,
-        env={**os.environ, "TOKENIZERS_PARALLELISM": "false"},
-    )
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """``main(ARGS)``, its exit status and output as a finished process would give them."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(args))
+    return subprocess.CompletedProcess(["engine_mlx", *args], code, out.getvalue(), err.getvalue())
 
 
 def test_generate_json_contract(tiny_model_dir, tiny_target):

@@ -71,6 +71,7 @@ def test_emulated_kernels_give_plain_greedy_tokens(arch, conv, wide_heads, monke
     assert forced.stats.kernels["path"] == "reference"
 
 
+@pytest.mark.slow  # the emulator, as above
 def test_emulated_mtp_gives_plain_greedy_tokens(wide_heads, monkeypatch):
     target = wide_heads("qwen3")
     ids = target.tokenizer.encode(PROMPT)

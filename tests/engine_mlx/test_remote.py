@@ -19,12 +19,12 @@ from engine_mlx.remote import (
     speculation_counts,
 )
 from engine_mlx.session import Session
-from tests.support.serving import serve_process, tiny_folder  # noqa: F401  (fixtures)
 
 MESSAGES = [{"role": "user", "content": "Tell me about the quick brown fox."}]
 
 
-def test_remote_text_equals_local_generation(serve_process, tiny_folder) -> None:  # noqa: F811
+@pytest.mark.slow  # a server process
+def test_remote_text_equals_local_generation(serve_process, tiny_folder) -> None:
     (model,) = list_models(serve_process)
     endpoint = Endpoint(normalise_url(serve_process), model)
     assert Endpoint.from_spec(endpoint.to_spec()) == endpoint
@@ -43,7 +43,8 @@ def test_remote_text_equals_local_generation(serve_process, tiny_folder) -> None
     assert stats.ttft_s > 0 and stats.total_s >= stats.ttft_s
 
 
-def test_cancel_stops_reading(serve_process) -> None:  # noqa: F811
+@pytest.mark.slow  # a server process
+def test_cancel_stops_reading(serve_process) -> None:
     (model,) = list_models(serve_process)
     cancel = threading.Event()
     session = RemoteSession(Endpoint(normalise_url(serve_process), model))
@@ -55,7 +56,8 @@ def test_cancel_stops_reading(serve_process) -> None:  # noqa: F811
     assert seen[-1].reason == "cancelled" and len(seen) < 400
 
 
-def test_unreachable_server_and_wrong_model(serve_process) -> None:  # noqa: F811
+@pytest.mark.slow  # a server process
+def test_unreachable_server_and_wrong_model(serve_process) -> None:
     with pytest.raises(EngineError, match="Cannot reach"):
         list_models("http://127.0.0.1:9")  # the discard port: nothing listens
     session = RemoteSession(Endpoint(normalise_url(serve_process), "no-such-model"))

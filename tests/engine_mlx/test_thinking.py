@@ -15,6 +15,7 @@ from engine_mlx.events import Tokens
 from engine_mlx.session import Session
 from engine_mlx.thinking import Part, ReasoningState
 from tests.support.drafters import OracleDrafter, random_mtp_head
+from tests.support.params import slow_except
 
 MODES = ["ar", "dflash2", "lookup", "mtp", "auto"]
 
@@ -38,7 +39,7 @@ def _parts(target, ids, reply):
     return state.advance(reply)
 
 
-@pytest.mark.parametrize("arch", ["qwen3", "qwen3_5"])
+@pytest.mark.parametrize("arch", slow_except(["qwen3", "qwen3_5"], "qwen3"))
 def test_a_budget_ends_the_reasoning_at_the_same_token_in_every_mode(thinking_target, arch):
     target = thinking_target(arch, "qwen3_5")  # the generation prompt opens the block
     ids = encode_prompt(target, "Explain speculative decoding.", chat=True)
@@ -63,6 +64,7 @@ def test_a_budget_ends_the_reasoning_at_the_same_token_in_every_mode(thinking_ta
         assert segments["reasoning"]["steps"] + segments["answer"]["steps"] == finished.stats.steps
 
 
+@pytest.mark.slow  # three seeds, five modes, two replies each
 def test_sampled_replies_never_reason_past_the_budget(thinking_target):
     target = thinking_target("qwen3", "qwen3_5")
     ids = encode_prompt(target, "Hi", chat=True)

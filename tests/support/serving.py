@@ -1,5 +1,6 @@
 """A real ``python -m engine_mlx serve`` process on the tiny llama, for the server's tests
-and the app's (which points a window at it)."""
+and the app's (which points a window at it): one for the whole session (tests/conftest.py
+offers these fixtures), since a request leaves nothing behind that the next one could see."""
 
 from __future__ import annotations
 
@@ -17,10 +18,10 @@ import pytest
 MODEL = "tiny"  # the tiny model's folder name, which the server serves it as
 
 
-@pytest.fixture
-def tiny_folder(tiny_model_dir, tmp_path: Path) -> Path:
+@pytest.fixture(scope="session")
+def tiny_folder(tiny_model_dir, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny llama under the name the server serves it as."""
-    folder = tmp_path / MODEL
+    folder = tmp_path_factory.mktemp("served") / MODEL
     folder.symlink_to(tiny_model_dir("llama"), target_is_directory=True)
     return folder
 
@@ -31,9 +32,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def serve_process(tiny_folder: Path) -> Iterator[str]:
-    """``python -m engine_mlx serve`` on the tiny model; yields its base URL."""
+    """``python -m engine_mlx serve`` on the tiny model, started once; yields its base URL."""
     port = free_port()
     command = [sys.executable, "-m", "engine_mlx", "serve", "--model", str(tiny_folder)]
     command += ["--port", str(port), "--mode", "ar", "--max-queue", "2"]

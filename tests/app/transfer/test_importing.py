@@ -192,12 +192,14 @@ FUZZ = settings(
 )
 
 
+@pytest.mark.slow  # fuzzing
 @FUZZ
 @given(document=mutated())
 def test_a_damaged_file_of_any_format_imports_correctly_or_says_why(document, tmp_path):
     _imports_correctly_or_says_why(json.dumps(document), tmp_path)
 
 
+@pytest.mark.slow  # fuzzing
 @FUZZ
 @given(document=JSON)
 def test_any_json_imports_correctly_or_says_why(document, tmp_path):

@@ -83,6 +83,7 @@ def test_a_damaged_cache_file_is_measured_again(cache_home, monkeypatch):
     assert picked.name in ("openblas", "blis")
 
 
+@pytest.mark.slow  # a process of its own, timing a 512-token prefill
 def test_the_real_probe_measures_the_loaded_blas():
     """One real probe run, in its own process, on a library this machine has."""
     found = libraries.available()
@@ -91,3 +92,22 @@ def test_the_real_probe_measures_the_loaded_blas():
     timings = choice.measure(found[0])
     assert timings["prefill_ms"] > 0 and timings["decode_ms"] > 0
     assert timings["library"].startswith(found[0].label)
+
+
+def test_each_setting_keeps_its_own_pick(cache_home, monkeypatch):
+    """A process without the small-batch product (no compiler, FLASHCHAT_SMALL_GEMM=0) does not
+    evict the pick of one with it: switching back and forth measures each once."""
+    measured = []
+
+    def fake_measure(candidate):
+        measured.append(candidate.name)
+        return {"prefill_ms": 10.0, "decode_ms": 1.0}
+
+    monkeypatch.setattr(choice, "measure", fake_measure)
+    candidates = _candidates(cache_home, "openblas", "mkl")
+    with_small = choice.choose(candidates, small_gemm=True)
+    without = choice.choose(candidates, small_gemm=False)
+    assert len(measured) == 4
+    assert choice.choose(candidates, small_gemm=True) == with_small
+    assert choice.choose(candidates, small_gemm=False) == without
+    assert len(measured) == 4

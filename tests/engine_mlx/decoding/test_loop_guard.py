@@ -66,6 +66,7 @@ def _replies(target, config, modes):
     return out
 
 
+@pytest.mark.slow  # every mode, 400 tokens each, twice
 @pytest.mark.parametrize("temperature", [0.0, 0.05])
 def test_every_mode_stops_at_the_first_looping_token_and_keeps_the_text_before_it(
     tiny_target, temperature

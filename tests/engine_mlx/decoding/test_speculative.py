@@ -3,7 +3,7 @@ sampled output equals plain sampling in distribution, on every supported archite
 
 from __future__ import annotations
 
-from itertools import pairwise
+from itertools import pairwise, product
 
 import mlx.core as mx
 import pytest
@@ -22,6 +22,7 @@ from engine_mlx.session import Session
 from tests.support.auto_driver import drive_auto
 from tests.support.distribution import position_p_values, sample_replies
 from tests.support.drafters import OracleDrafter, random_dflash, random_mtp_head
+from tests.support.params import slow_except
 from tests.support.tiny_models import build_tiny_model
 
 PROMPT = "Hello world, the quick brown fox"
@@ -34,8 +35,9 @@ def _tokens(session: Session, ids: list[int], **kw) -> tuple[int, ...]:
     return finished.tokens
 
 
-@pytest.mark.parametrize("arch", SPEC_ARCHS)
-@pytest.mark.parametrize("conv", [0, 4])
+@pytest.mark.parametrize(
+    ("conv", "arch"), slow_except(product((0, 4), SPEC_ARCHS), (0, "qwen3"), (4, "llama"))
+)
 def test_dflash2_greedy_equals_plain_greedy(arch, conv, tiny_target):
     target = tiny_target(arch)
     ids = target.tokenizer.encode(PROMPT)
@@ -225,7 +227,7 @@ def _penalised_reference(target: TargetModel, ids: list[int], n: int, penalty: f
     return out
 
 
-@pytest.mark.parametrize("arch", SPEC_ARCHS)
+@pytest.mark.parametrize("arch", slow_except(SPEC_ARCHS, "llama"))
 def test_a_repetition_penalty_is_lossless_in_every_mode(arch, tiny_target, monkeypatch):
     target = tiny_target(arch)
     ids = target.tokenizer.encode("one two three one two three one two")

@@ -25,6 +25,7 @@ def home(tmp_path: Path, hub, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "home"
 
 
+@pytest.mark.slow  # a process of its own
 def test_pull_command_streams_json_events(hub, publish, home: Path) -> None:
     """The real command in its own process: HF_ENDPOINT picked up, events on stdout."""
     repo = publish("org/tiny-chat")

@@ -21,6 +21,7 @@ from engine_mlx.models.dflash import DFlashModel, load_dflash, save_dflash
 from engine_mlx.models.dflash2 import DynamicConv, Lattice
 from engine_mlx.session import Session
 from tests.support.drafters import random_dflash
+from tests.support.params import slow_except
 
 PROMPT = "The quick brown fox jumps over the lazy dog"
 
@@ -136,7 +137,9 @@ def test_p_min_and_n_min_cut_the_walk_as_llama_cpp_does():
     assert lattice.walk(n_min=4) == [] and lattice.walk(p_min=0.6, n_min=2) == []
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "qwen3_5"])
+@pytest.mark.parametrize(
+    "arch", slow_except(["llama", "qwen2", "qwen3", "qwen3_5"], "llama", "qwen3_5")
+)
 def test_reference_dflash2_greedy_equals_plain_greedy(arch, tiny_target):
     target = tiny_target(arch)
     ids = target.tokenizer.encode(PROMPT)

@@ -16,7 +16,6 @@ from engine_mlx.api import load_target
 from engine_mlx.server.app import Server
 from engine_mlx.server.runner import EngineRunner
 from engine_mlx.session import Session
-from tests.support.serving import serve_process, tiny_folder  # noqa: F401  (fixtures)
 
 
 class Running:
@@ -41,19 +40,33 @@ class Running:
         self.sock.close()
 
 
+def launch(folder: Path, **options) -> Running:
+    """A server on the model in ``folder``; ``max_waiting`` and ``on_event`` go to its engine
+    runner, the other options to the Server."""
+    build = lambda: Session(load_target(folder), reuse_prompt=True)  # noqa: E731
+    runner = EngineRunner(build, options.pop("max_waiting", 4), options.pop("on_event", None))
+    runner.wait_ready()
+    return Running(Server(runner, **options))
+
+
 @pytest.fixture
-def start_server(tiny_folder: Path) -> Iterator[Callable[..., Running]]:  # noqa: F811
+def start_server(tiny_folder: Path) -> Iterator[Callable[..., Running]]:
     started: list[Running] = []
 
     def start(**options) -> Running:
-        folder = options.pop("model", tiny_folder)
-        build = lambda: Session(load_target(folder), reuse_prompt=True)  # noqa: E731
-        runner = EngineRunner(build, options.pop("max_waiting", 4), options.pop("on_event", None))
-        runner.wait_ready()
-        running = Running(Server(runner, **options))
+        running = launch(options.pop("model", tiny_folder), **options)
         started.append(running)
         return running
 
     yield start
     for running in started:
         running.close()
+
+
+@pytest.fixture(scope="module")
+def refusing_server(tiny_folder: Path) -> Iterator[Running]:
+    """One server with the default options for a module's requests that it refuses before
+    generating (nothing of one reaches the next)."""
+    running = launch(tiny_folder)
+    yield running
+    running.close()

@@ -12,6 +12,7 @@ from pathlib import Path
 import openai
 import pytest
 
+pytestmark = pytest.mark.slow  # a server process, and `generate` in processes of their own
 MESSAGES = [{"role": "user", "content": "Tell me about the quick brown fox."}]
 
 

@@ -113,8 +113,8 @@ def test_a_client_that_leaves_cancels_and_frees_the_engine(start_server) -> None
         (json.dumps({"model": "gpt-9", "messages": MESSAGES}).encode(), 404, "model"),
     ],
 )
-def test_bad_requests_get_openai_errors(start_server, body: bytes, status: int, param) -> None:
-    running = start_server()
+def test_bad_requests_get_openai_errors(refusing_server, body: bytes, status: int, param) -> None:
+    running = refusing_server
     body = body.replace(b"MODEL", running.server.model_name.encode())
     reply = httpx.post(
         running.url + "/v1/chat/completions",
@@ -126,8 +126,8 @@ def test_bad_requests_get_openai_errors(start_server, body: bytes, status: int, 
     assert error["message"] and error["type"] and error["param"] == param
 
 
-def test_too_long_prompt_and_body(start_server) -> None:
-    running = start_server()
+def test_too_long_prompt_and_body(refusing_server) -> None:
+    running = refusing_server
     model = running.server.model_name
     words = " ".join(["fox"] * 2000)  # the tiny model's context is 512 tokens
     long = {"model": model, "messages": [{"role": "user", "content": words}]}

@@ -12,9 +12,7 @@ fell on the other side).
 
 from __future__ import annotations
 
-import json
 import os
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +21,7 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as T
 
+from engine_mlx.bench.llama_server import complete
 from engine_mlx.bench.llama_server import start_server as start_llama_server
 from engine_mlx.config import GenerationConfig
 from engine_mlx.decoding.dflash_drafter import DFlashDrafter
@@ -121,14 +120,7 @@ def test_llama_cpp_drafts_our_drafter_exactly_as_we_do(server, pair, p_min, tmp_
     ours = list(Session(target, drafter).generate(prompt, config))[-1]
     process, port = _serve(server, target_gguf, drafter_gguf, p_min, tmp_path / "server.log")
     try:
-        body = {"prompt": prompt, "n_predict": TOKENS, "temperature": 0, "top_k": 1,
-                "ignore_eos": True, "return_tokens": True, "cache_prompt": False}  # fmt: skip
-        request = urllib.request.Request(
-            f"http://127.0.0.1:{port}/completion",
-            json.dumps(body).encode(),
-            {"Content-Type": "application/json"},
-        )
-        theirs = json.loads(urllib.request.urlopen(request, timeout=120).read())
+        theirs = complete(port, prompt, TOKENS, keep_prompt=False)
     finally:
         process.terminate()
         process.wait(timeout=30)
