@@ -92,17 +92,14 @@ class MainWindow(QMainWindow):
 
     # ---------------------------------------------------------------- history file
     def _show_storage_problem(self, message: str) -> None:
-        """What is wrong with the history file, and (when it could not be opened) the way
-        out: move it aside and start a fresh one."""
-        unusable = self.store.is_temporary
-        if unusable:
+        """What is wrong with the history file and, when it could not be opened, the way out."""
+        if unusable := self.store.is_temporary:
             message += "\nUntil then, chats in this window are not saved."
         self.storage_banner.show_problem(message, unusable)
 
     @contextmanager
     def _storage(self) -> Iterator[None]:
-        """Runs a step that reads or writes the history; a StorageError is shown in the
-        window instead of ending the step's caller."""
+        """Runs a step on the history; a StorageError is shown instead of ending the caller."""
         try:
             yield
         except StorageError as exc:
@@ -493,8 +490,11 @@ class MainWindow(QMainWindow):
         self.settings = replace(self.settings, window_geometry=geometry)
         with self._storage():
             save_settings(self.store, self.settings)
+        # A job no one cuts short (a load, the step costs) may run on: wait, where destroying
+        # its running thread would abort the process; the window goes at once.
+        self.hide()
         self._thread.quit()
-        self._thread.wait(10000)
+        self._thread.wait()
         self.library.wait()
         self.store.close()
         super().closeEvent(event)

@@ -19,6 +19,10 @@ local hub server (the tests' one) serves the demo model under its Hugging Face n
 limited speed, a huggingface.co link to it is dropped onto the window, and the screen is
 grabbed once the download is well under way. The library also holds a drafter that fits the
 demo model and one that does not, so the pairing column shows both.
+
+``--drop FILE`` instead drops FILE (a model folder, a ``.gguf``: a drafter GGUF, say) onto the
+window once its model is loaded, and grabs the library when the import ends (drop.png). The
+library is the user's, or ``FLASHCHAT_HOME``'s.
 """
 
 from __future__ import annotations
