@@ -153,14 +153,20 @@ class Driver(QObject):
 
     @Slot()
     def start_library(self) -> None:
-        from PySide6.QtCore import QMimeData, QPointF, Qt
+        from PySide6.QtCore import QMimeData
+
+        mime = QMimeData()
+        mime.setText(f"https://huggingface.co/{self.args.library_repo}")
+        self.drop_on_window(mime)
+
+    def drop_on_window(self, mime) -> None:
+        """Open the library, then drag ``mime`` onto the window's centre and drop it there."""
+        from PySide6.QtCore import QPointF, Qt
         from PySide6.QtGui import QDragEnterEvent, QDropEvent
         from PySide6.QtWidgets import QApplication
 
         self.win.open_library()
         self.win.library_view.setGeometry(170, 110, 960, 500)
-        mime = QMimeData()
-        mime.setText(f"https://huggingface.co/{self.args.library_repo}")
         pos = self.win.rect().center()
         copy, left = Qt.DropAction.CopyAction, Qt.MouseButton.LeftButton
         none = Qt.KeyboardModifier.NoModifier
@@ -173,19 +179,11 @@ class Driver(QObject):
 
     @Slot()
     def start_drop(self) -> None:
-        from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
-        from PySide6.QtGui import QDragEnterEvent, QDropEvent
-        from PySide6.QtWidgets import QApplication
+        from PySide6.QtCore import QMimeData, QUrl
 
-        self.win.open_library()
-        self.win.library_view.setGeometry(170, 110, 960, 500)
         mime = QMimeData()
         mime.setUrls([QUrl.fromLocalFile(str(self.args.drop.resolve()))])
-        pos = self.win.rect().center()
-        copy, left = Qt.DropAction.CopyAction, Qt.MouseButton.LeftButton
-        none = Qt.KeyboardModifier.NoModifier
-        QApplication.sendEvent(self.win, QDragEnterEvent(pos, copy, mime, left, none))
-        QApplication.sendEvent(self.win, QDropEvent(QPointF(pos), copy, mime, left, none))
+        self.drop_on_window(mime)
 
     @Slot(str, str)
     def on_drop_done(self, _job: str, message: str) -> None:
