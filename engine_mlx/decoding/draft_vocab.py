@@ -72,7 +72,7 @@ class DraftVocabulary:
         self._base_product = target.head_product(base)
         rows = None if self._base_product is not None else target.head_rows(mx.array(base))
         if rows is None and self._base_product is None:
-            raise ValueError("the target's head is quantized and untied: no draft vocabulary")
+            raise ValueError("the target's head has a bias: no draft vocabulary")
         self._base_ids, self._base_rows = base, rows
         if rows is not None:
             mx.eval(rows)
@@ -115,7 +115,7 @@ class DraftVocabulary:
             return
         rows = self.target.head_rows(mx.array(new))
         if rows is None:
-            return  # an untied quantized head: only the frequent block is draftable
+            return  # a head with a bias: only the frequent block is draftable
         self._known[new] = True
         self.ids = np.concatenate([self.ids, new])
         parts = [rows] if self._extra_rows is None else [self._extra_rows, rows]

@@ -166,12 +166,19 @@ class TargetModel:
 
     def head_rows(self, ids: mx.array) -> mx.array | None:
         """Rows of the output projection for ``ids`` ([n, hidden]), so training can score a
-        subset of the vocabulary; None when the head is quantized and untied."""
+        subset of the vocabulary (a quantized head's dequantized); None for a head with a
+        bias."""
         if self._tied:
             return self.inner.embed_tokens(ids)
-        if isinstance(self._head, nn.Linear) and "bias" not in self._head:
-            return self._head.weight[ids]
-        return None
+        head = self._head
+        if "bias" in head:
+            return None
+        if isinstance(head, nn.QuantizedLinear):
+            biases = None if head.get("biases") is None else head.biases[ids]
+            return mx.dequantize(
+                head.weight[ids], head.scales[ids], biases, head.group_size, head.bits, head.mode
+            )
+        return head.weight[ids] if isinstance(head, nn.Linear) else None
 
     def forward(
         self,

@@ -29,9 +29,10 @@ def subset(
 def logits_over(target: TargetModel, hidden: mx.array, scored: mx.array | None) -> mx.array:
     """fp32 logits of ``hidden`` (after the final norm) for the ``scored`` ids, or all."""
     rows = None if scored is None else target.head_rows(scored)
-    if rows is None:
-        return target.head(hidden).astype(mx.float32)
-    return (hidden @ rows.T).astype(mx.float32)
+    if rows is not None:
+        return (hidden @ rows.T).astype(mx.float32)
+    logits = target.head(hidden).astype(mx.float32)
+    return logits if scored is None else mx.take(logits, scored, axis=-1)
 
 
 def distill_kl(logits: mx.array, teacher_ids: mx.array, teacher_p: mx.array) -> mx.array:
