@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from engine_mlx.api import encode_prompt, load_speculators
-from engine_mlx.companions import NO_DRAFTER, shipped_companions
+from engine_mlx.companions import COMPANIONS_DIR, NO_DRAFTER, shipped_companions
 from engine_mlx.config import GenerationConfig
 from engine_mlx.models.target import TargetModel
 from engine_mlx.session import Session
@@ -59,3 +59,22 @@ def test_the_qwen_demo_drafts_losslessly_with_its_shipped_pair(qwen_dir):
 def test_the_4_bit_demo_keeps_the_demos_pair_and_drafts_losslessly(qwen_4bit_dir):
     prompt = "Write a Python function that reverses a string."
     _drafts_losslessly(qwen_4bit_dir, prompt, (1,))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("folder", ["smollm2_dir", "qwen_4bit_dir"])
+def test_the_llama_cpp_format_drafters_beside_the_pairs_draft_losslessly(folder, request):
+    """Each pair's drafter in llama.cpp's DFlash2 format (dynamic convolutions, selector) loads
+    from beside the default and gives the plain-greedy tokens, keeping drafted ones."""
+    target = TargetModel.load(request.getfixturevalue(folder))
+    name = target.spec.name.removesuffix("-4bit")
+    drafter = load_speculators(target, COMPANIONS_DIR / name / f"{name}-DFlash2-llamacpp").drafter
+    assert drafter is not None and drafter.model.config.reference_dflash2
+    ids = encode_prompt(target, "Write a Python function that reverses a string.")
+    session = Session(target, drafter)
+    plain = list(session.generate(ids, GenerationConfig(max_tokens=40, ignore_eos=True)))[-1]
+    for width in (1, 3):
+        config = GenerationConfig(max_tokens=40, ignore_eos=True, mode="dflash2", width=width)
+        result = list(session.generate(ids, config))[-1]
+        assert result.tokens == plain.tokens, width
+        assert result.stats.tau > 1.0, width
