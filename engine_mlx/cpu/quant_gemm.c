@@ -248,12 +248,12 @@ static inline __m256 spread(const product *p, const void *v, size_t i, int avail
 }
 #define MASKED_LOAD(n, v) _mm256_maskload_ps(v, first_ints(n))
 #define F_SET1 _mm256_set1_ps
+/* The lanes' sum by a fixed tree: lane i + lane i + 4, then + 2, then + 1 (in registers: a
+ * sum through an array in memory stalled on store forwarding, 12% of a product's time). */
 static inline float f_sum(__m256 v) {
-  float lanes[8];
-  _mm256_storeu_ps(lanes, v);
-  for (int width = 4; width >= 1; width /= 2)
-    for (int i = 0; i < width; i++) lanes[i] += lanes[i + width];
-  return lanes[0];
+  const __m128 four = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 two = _mm_add_ps(four, _mm_movehl_ps(four, four));
+  return _mm_cvtss_f32(_mm_add_ss(two, _mm_movehdup_ps(two)));
 }
 
 /* Rows are k / 2 or k bytes, k a multiple of 32: a short last chunk is whole int32 words. */
@@ -277,26 +277,41 @@ static inline __m256i dot8(__m256i lo, __m256i hi, __m256i x) {
 #define SPLIT_BYTES 1 /* 8-bit weights go to dot8 as their two nibbles */
 #endif
 
-/* One output from its accumulator: the bias term and the centring's correction (see the top of
- * the file) added lane-wise over the groups, then the lanes summed. Vector work throughout: a
- * scalar chain of one multiply-add per group cost more than the product itself. */
+/* A block of LANES groups' scales or biases from entry ``i``, as floats. */
 static inline dots_f group_values(const product *p, const void *v, size_t i, int live) {
   return p->half ? halves(v, i) : MASKED_LOAD(live, (const float *)v + i);
 }
 
-/* (Lanes past the row's groups meet zero sums: whatever finite values they read add nothing.) */
-static inline float finish(const product *p, int bits, int row, int col, dots_f total) {
+/* The tile's outputs from their accumulators ``acc[rows][cols]``: the bias term and the
+ * centring's correction (see the top of the file) added lane-wise over the groups, then the
+ * lanes summed. Each output gets the same operations in the same order whatever the tile's
+ * shape; a column's scales and biases are converted once for all the rows, and a row's sums
+ * loaded once for all the columns. Vector work throughout: a scalar chain of one multiply-add
+ * per group cost more than the product itself. (Lanes past the row's groups meet zero sums:
+ * whatever finite values they read add nothing.) */
+static inline void finish(const product *p, int bits, int r0, int rows, int j0, int cols,
+                          dots_f *acc) {
   const int groups = p->k / p->group;
-  const size_t first = (size_t)col * groups;
-  const float *sums = p->xsum + (size_t)row * groups, *res = p->xres + (size_t)row * groups;
   const dots_f middle = F_SET1(bits == 4 ? 8.0f : 128.0f);
   for (int g = 0; g < groups; g += LANES) {
     const int live = groups - g;
-    const dots_f correction = F_MUL(group_values(p, p->scales, first + g, live), middle);
-    total = F_FMA(group_values(p, p->biases, first + g, live), MASKED_LOAD(live, sums + g), total);
-    total = F_FMA(correction, MASKED_LOAD(live, res + g), total);
+    dots_f bias[COLS], correction[COLS];
+    for (int j = 0; j < cols; j++) {
+      const size_t first = (size_t)(j0 + j) * groups + g;
+      bias[j] = group_values(p, p->biases, first, live);
+      correction[j] = F_MUL(group_values(p, p->scales, first, live), middle);
+    }
+    for (int r = 0; r < rows; r++) {
+      const size_t row = (size_t)(r0 + r) * groups + g;
+      const dots_f sums = MASKED_LOAD(live, p->xsum + row), res = MASKED_LOAD(live, p->xres + row);
+      for (int j = 0; j < cols; j++) {
+        const dots_f total = F_FMA(bias[j], sums, acc[r * cols + j]);
+        acc[r * cols + j] = F_FMA(correction[j], res, total);
+      }
+    }
   }
-  return f_sum(total);
+  for (int r = 0; r < rows; r++)
+    for (int j = 0; j < cols; j++) p->y[(size_t)(r0 + r) * p->n + j0 + j] = f_sum(acc[r * cols + j]);
 }
 
 /* y[r0 : r0 + R, j0 : j0 + J]: the accumulators in registers, chunk by chunk; each weight
@@ -341,9 +356,7 @@ static inline float finish(const product *p, int bits, int row, int col, dots_f 
         }                                                                                     \
       }                                                                                       \
     }                                                                                         \
-    for (int r = 0; r < R; r++)                                                               \
-      for (int j = 0; j < J; j++)                                                             \
-        p->y[(size_t)(r0 + r) * p->n + j0 + j] = finish(p, BITS, r0 + r, j0 + j, acc[r][j]);  \
+    finish(p, BITS, r0, R, j0, J, &acc[0][0]);                                                \
   }
 
 #define DOT_TILES(BITS)                                                                     \
