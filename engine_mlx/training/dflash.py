@@ -100,6 +100,7 @@ def new_drafter(target: TargetModel, config: DrafterTrainConfig, capture: tuple[
             model = reference_from(
                 model, config.conv, config.conv_group, config.selector_rank, config.selector_top_k
             )
+        model.set_dtype(mx.float32)  # a shipped drafter is float16: trained so, it went NaN
         return model
     from engine_mlx.api import drafter_config_for
 

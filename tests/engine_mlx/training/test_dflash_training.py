@@ -4,9 +4,11 @@ steps lower the loss; training resumes; the trained drafter drafts losslessly.""
 from __future__ import annotations
 
 import json
+import shutil
 
 import mlx.core as mx
 import numpy as np
+from mlx.utils import tree_flatten
 
 from engine_mlx.config import GenerationConfig
 from engine_mlx.decoding.dflash_drafter import DFlashDrafter
@@ -131,3 +133,25 @@ def test_teacher_forced_blocks_are_taught_along_the_targets_own_path(tiny_target
             taught = all(tokens[a + k] == choices[a + k - 1] for k in range(1, j))
             assert weights[i, j - 1] == float(taught and a + j <= last)
     assert weights[:, 0].all() and 0 < weights.sum() < weights.size
+
+
+def test_a_warm_start_from_a_shipped_float16_drafter_trains_in_float32(
+    tiny_dataset, tiny_target, tmp_path
+):
+    """A shipped drafter is float16 (export_pair); trained on as it was, the Qwen demo's went
+    NaN at its second step."""
+    target = tiny_target("llama")
+    trained = tmp_path / "trained"
+    train_drafter(target, tiny_dataset, trained, CONFIG, log=lambda _: None)
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    shutil.copy(trained / "config.json", shipped / "config.json")
+    weights = mx.load(str(trained / "model.safetensors"))
+    mx.save_safetensors(
+        str(shipped / "model.safetensors"), {k: v.astype(mx.float16) for k, v in weights.items()}
+    )
+    warm = DrafterTrainConfig(**{**CONFIG.__dict__, "steps": 6, "warm_start": str(shipped)})
+    start = new_drafter(target, warm, (0, 1))
+    assert {v.dtype for _, v in tree_flatten(start.parameters())} == {mx.float32}
+    history = train_drafter(target, tiny_dataset, tmp_path / "more", warm, log=lambda _: None)
+    assert all(np.isfinite(h["loss"]) for h in history)
