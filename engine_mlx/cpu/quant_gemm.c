@@ -389,9 +389,8 @@ DOT_TILES(8)
  * or more). So 2.25 multiplier instructions per 64 weights and row instead of 3, one
  * conversion and two float operations for four outputs instead of one, and one accumulator a
  * row of x instead of four (dot_tile's 4 x 4 accumulators alone fill AVX2's 16 registers, so
- * they spilled). Eight rows measured
- * 9-13% faster, one row 1-7%. A row's arithmetic is the same whatever the rows beside it, as
- * everywhere in this file. */
+ * they spilled). Eight rows measured 9-13% faster, one row 1-7%. A row's arithmetic is the
+ * same whatever the rows beside it, as everywhere in this file. */
 
 /* The four weight rows' scales for a chunk, lane h * 4 + j: row j's group ``first`` (half 0)
  * and ``second`` (half 1, the next group when groups are 32). */
