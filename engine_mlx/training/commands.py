@@ -48,6 +48,12 @@ def add_training_commands(sub: argparse._SubParsersAction) -> None:
         "the teacher: one forward per batch instead of one per token (--new-tokens: reply length)",
     )
     ds.add_argument("--capture", default="", help="drafter context layers (default: 4 evenly)")
+    ds.add_argument(
+        "--mix",
+        default="",
+        help="share of batches per category, e.g. math=0.35,chat=0.35,code=0.2,prose=0.1 "
+        "(default: math=0.2,chat=0.15,code=0.4,prose=0.25)",
+    )
     ds.add_argument("--seed", type=int, default=0)
 
     td = sub.add_parser("train-drafter", help="train a DFlash2 drafter on a dataset")
@@ -217,11 +223,38 @@ def _make_dataset(args: argparse.Namespace, target) -> int:
         capture=capture,
         seed=args.seed,
         teacher_forced=args.teacher_forced,
+        **({"mix": parse_mix(args.mix)} if args.mix else {}),
     )
     builder = PromptBuilder(target.tokenizer, default_sources(args.corpora), "train")
     build_dataset(target, builder, args.out, config, log=_log)
     print(args.out)
     return 0
+
+
+def parse_mix(text: str) -> dict[str, float]:
+    """``math=0.35,chat=0.35,...`` -> the categories' shares of batches (any positive
+    weights: they are relative)."""
+    from engine_mlx.training.prompts import CATEGORIES
+
+    mix: dict[str, float] = {}
+    for part in text.split(","):
+        name, sep, value = part.partition("=")
+        name = name.strip()
+        if not sep or name not in CATEGORIES:
+            raise EngineError(
+                f"--mix: {part.strip()!r} is not CATEGORY=SHARE with a category among "
+                f"{', '.join(CATEGORIES)}"
+            )
+        try:
+            share = float(value)
+        except ValueError:
+            share = -1.0
+        if not 0 < share < float("inf"):
+            raise EngineError(
+                f"--mix: the share of {name} must be a positive number, not {value!r}"
+            )
+        mix[name] = share
+    return mix
 
 
 def _plot(args: argparse.Namespace) -> int:

@@ -208,3 +208,12 @@ def test_a_drafter_trains_on_teacher_forced_shards(tiny_target, tmp_path):
     history = []
     train_drafter(target, data, tmp_path / "drafter", config, log=history.append)
     assert history and all(np.isfinite(h["loss"]) for h in history if "loss" in h)
+
+
+def test_the_teacher_is_the_top_k_of_the_log_softmax_most_likely_first():
+    logits = mx.random.normal((3, 5, 1000), key=mx.random.key(4)) * 4
+    ids, logp = dataset._top_k(logits, 7)
+    full = np.array(logits - mx.logsumexp(logits, axis=-1, keepdims=True))
+    expected = np.argsort(-full, axis=-1)[..., :7]
+    np.testing.assert_array_equal(ids, expected)
+    np.testing.assert_allclose(logp, np.take_along_axis(full, expected, -1), atol=1e-5)
