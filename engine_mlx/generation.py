@@ -30,7 +30,7 @@ from engine_mlx.models.target import TargetModel
 from engine_mlx.modes import Mode
 from engine_mlx.prompt_cache import PrefilledPrompt, PrefillSlot, snapshot_cache
 from engine_mlx.reply_text import ReplyText
-from engine_mlx.stats import StatsTracker
+from engine_mlx.stats import StatsTracker, TimeSplit
 
 
 class DrafterGroup:
@@ -108,6 +108,7 @@ class Generation:
         self.requested = mode
         self.max_context = setup.max_context
         self.stats = StatsTracker(len(prompt), self.max_context)
+        self.split = TimeSplit()  # where the decode time goes (``stats.TIME_PARTS``)
         self._kernel_calls = launch.CALLS.snapshot()  # stats.kernels: this reply's calls
         self.eos = set() if config.ignore_eos else set(setup.eos)
         self.cache = self.target.make_cache()
@@ -210,13 +211,16 @@ class Generation:
         strategy = self._strategy(mode)
         self.sampler.remember(self.prompt)
         strategy.begin(self.sampler.sample(logits[0, -1]))
+        switched = False
         while True:
             if self.cancel.is_set():
                 reason = "cancelled"
                 break
             if self.policy is not None and self.tokens:  # the first step is the prefill's token
-                self._look(strategy, mode)
+                t0 = time.perf_counter()
+                looked_s = self._look(strategy, mode)
                 choice = self.policy.choose(self.depth, mode)
+                self.split.add("policy", time.perf_counter() - t0 - looked_s)
                 if choice.mode != mode and getattr(strategy, "queued_ahead", False):
                     event, hit_eos = self._step(strategy, mode, hand_over=True)
                     yield event
@@ -224,25 +228,29 @@ class Generation:
                     if reason:
                         break
                 if choice.mode != mode:
+                    t0 = time.perf_counter()
                     root = strategy.release()
                     strategy = self._strategy(Mode(choice.mode))
                     strategy.resume(root)
+                    self.split.add("switch", time.perf_counter() - t0)
                     yield ModeSwitch(mode, choice.mode, choice.reason or "auto policy")
-                    mode = Mode(choice.mode)
-            event, hit_eos = self._step(strategy, mode)
+                    mode, switched = Mode(choice.mode), True
+            event, hit_eos = self._step(strategy, mode, switched=switched)
+            switched = False
             yield event
             reason = self._stop_reason(hit_eos)
             if reason:
                 break
         yield self._finish(reason)
 
-    def _look(self, strategy: Strategy, mode: Mode) -> None:
+    def _look(self, strategy: Strategy, mode: Mode) -> float:
         """Let the auto policy see what the modes would draft here: one that is not running
         when its look is due, and at a new reply's first step each of them, the running one
-        too, until the policy has no look due."""
+        too, until the policy has no look due. Returns the seconds the looks' drafts took
+        (``TimeSplit``'s looks; the rest is the policy's)."""
         due = getattr(self.policy, "preview_due", None)
         if due is None:
-            return
+            return 0.0
         root = strategy.peek_root()  # type: ignore[attr-defined]
         cues = {
             m: self._strategy(m).lookup_scores(root)  # type: ignore[attr-defined]
@@ -250,27 +258,37 @@ class Generation:
             if m not in (Mode.AR, mode)
         }
         looked: set[Mode] = set()
+        spent = 0.0
         while (other := due(self.depth, mode, {m: c for m, c in cues.items() if c})) is not None:
             if other in looked:
-                return
+                break
             looked.add(other)
             preview = self._strategy(other)
+            t0 = time.perf_counter()
             scores, depths, seconds = preview.preview(root)  # type: ignore[attr-defined]
-            self.policy.observe_preview(other, scores, seconds, self.depth, depths)  # type: ignore[union-attr]
+            took = time.perf_counter() - t0  # the drafter's catch-up too
+            spent += took
+            self.policy.observe_preview(other, scores, seconds, self.depth, depths, took)  # type: ignore[union-attr]
             if other != mode:  # the running mode's own step judges this very draft
                 self._previews[other] = len(self.tokens)
+        self.split.add("looks", spent)
+        return spent
 
-    def _step(self, strategy: Strategy, mode: Mode, hand_over: bool = False) -> tuple[Tokens, bool]:
+    def _step(
+        self, strategy: Strategy, mode: Mode, hand_over: bool = False, switched: bool = False
+    ) -> tuple[Tokens, bool]:
         """One verification step's tokens, cut at EOS, the token budget and the context.
 
         ``hand_over``: plain decoding's last step before a switch, which commits the token of
         the forward it queued ahead instead of discarding it. That forward was timed in the
         step before, so this one is not shown to the policy (it would price a plain forward
-        at ~0 ms)."""
+        at ~0 ms). ``switched``: the first step after a change of mode (``TimeSplit``)."""
         limit = min(self.config.max_tokens - len(self.tokens), self.max_context - self.depth)
+        decoding = bool(self.tokens)  # the first step is the prefill's token
         t_step = time.perf_counter()
         outcome = strategy.step(limit, **({"queue_next": False} if hand_over else {}))
         step_stats = replace(outcome.stats, seconds=time.perf_counter() - t_step)
+        t_policy = time.perf_counter()
         # Only the expected-rate policy plans lengths, so only its steps carry a proposal.
         replayed = outcome.proposed is not None
         if self.policy is not None and self.tokens and not hand_over:
@@ -285,6 +303,7 @@ class Generation:
         if replayed:
             verified = outcome.stats.drafted + 1
             self._drafts.append((mode, outcome.proposed, len(self.tokens), verified))  # type: ignore[arg-type]
+        observed_s = time.perf_counter() - t_policy
         new = outcome.tokens[:limit]
         self.sampler.remember(new)
         if self.lookup is not None:
@@ -295,12 +314,18 @@ class Generation:
         looped = self.loop_guard.feed(new) if self.loop_guard is not None else None
         if looped is not None:
             new, self.looped = new[: looped + 1], True
+        t_commit = time.perf_counter()
         self.tokens.extend(new)
         self.depth += len(new)
         self._judge_drafts()
         for looked, start in list(self._previews.items()):  # the looks' drafts, judged
             if self.strategies[looked].judge_preview(self.tokens[start:]):  # type: ignore[attr-defined]
                 del self._previews[looked]
+        t_judged = time.perf_counter()
+        if decoding:
+            policy_s = observed_s + t_judged - t_commit if self.policy is not None else 0.0
+            self.split.add("policy", policy_s)
+            self.split.add_step(step_stats, t_judged - t_step - policy_s, switched)
         live = self.stats.record(step_stats, self.depth)
         flags = outcome.from_draft[: len(new)]
         written = self.text.add(new, flags, step_stats)
@@ -352,10 +377,14 @@ class Generation:
         return ""
 
     def _finish(self, reason: str) -> Finished:
+        done = getattr(self.policy, "reply_done", None)
+        if done is not None:
+            done()
         answer, reasoning = self.text.finish(stopped_by_string=reason == "stop_string")
         stats = replace(
             self.stats.summary(),
             kernels=launch.calls_since(self._kernel_calls),
+            time_split=self.split.as_dict(self.stats.decode_seconds()),
             segments=self.text.segments_json(),
         )
         return Finished(reason, answer, tuple(self.tokens), stats, reasoning)

@@ -8,6 +8,7 @@ policies' measurements, acceptance calibration); ``generation`` runs each reply.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Iterator, Sequence
 
@@ -18,6 +19,8 @@ from engine_mlx.auto import (
     ThresholdPolicy,
     load_or_calibrate,
 )
+from engine_mlx.auto.mode_memory import ModeMemory, companion_fingerprint
+from engine_mlx.auto.step_costs import cache_file
 from engine_mlx.config import GenerationConfig
 from engine_mlx.decoding.ngram import NGramIndex
 from engine_mlx.decoding.sampling import Sampler
@@ -79,8 +82,15 @@ class Session:
 
     @property
     def auto_modes(self) -> list[Mode]:
-        """What auto mode chooses between (``modes.auto_candidates``)."""
-        return list(auto_candidates(drafter=self.drafter is not None, mtp=self.mtp is not None))
+        """What auto mode chooses between (``modes.auto_candidates``), prompt lookup on."""
+        return self.auto_modes_for(lookup=True)
+
+    def auto_modes_for(self, *, lookup: bool) -> list[Mode]:
+        return list(
+            auto_candidates(
+                drafter=self.drafter is not None, mtp=self.mtp is not None, lookup=lookup
+            )
+        )
 
     def step_costs(self) -> StepCosts:
         """This machine's step costs for the target: cached on disk, else measured now."""
@@ -90,15 +100,29 @@ class Session:
 
     def policy(self, config: GenerationConfig) -> Policy:
         """Kept across generations, so what was measured keeps informing the choice."""
-        modes = self.auto_modes
+        modes = self.auto_modes_for(lookup=config.lookup)
         key = (config.policy, config.auto_threshold, config.sampling.greedy, tuple(modes))
         if key not in self._policies:
             if config.policy == "threshold":
                 long_mode = Mode.MTP if Mode.MTP in modes else Mode.AR
-                self._policies[key] = ThresholdPolicy(config.auto_threshold, modes[1], long_mode)
+                short_mode = (
+                    Mode.DFLASH2 if Mode.DFLASH2 in modes else modes[min(1, len(modes) - 1)]
+                )
+                self._policies[key] = ThresholdPolicy(config.auto_threshold, short_mode, long_mode)
             else:
-                self._policies[key] = ExpectedRatePolicy(modes, self.step_costs)
+                memory = self.mode_memory(key)
+                self._policies[key] = ExpectedRatePolicy(modes, self.step_costs, memory=memory)
         return self._policies[key]
+
+    def mode_memory(self, key: tuple) -> ModeMemory | None:
+        """Where auto's policy for ``key`` keeps what it learned (``auto.mode_memory``):
+        beside this machine's step costs for the target, one file per companion pair and
+        policy setting; None where ``FLASHCHAT_AUTO_MEMORY=0`` (the tests' default)."""
+        if os.environ.get("FLASHCHAT_AUTO_MEMORY", "1") == "0":
+            return None
+        costs = cache_file(self.target)
+        digest = companion_fingerprint(self.drafter, self.mtp, extra=repr(key))
+        return ModeMemory(costs.with_name(f"{costs.stem}-modes-{digest}.json"))
 
     def drafters_for(self, mode: Mode) -> list[Drafter]:
         if mode is Mode.AUTO:
@@ -180,7 +204,11 @@ class Session:
             self.check_available(mode)
             markers = self.target.thinking
             budget = config.thinking_budget
-            forcing = ThinkingBudget(markers, budget) if markers and budget is not None else None
+            forcing = (
+                ThinkingBudget(markers, budget, prompt_ids)
+                if markers and budget is not None
+                else None
+            )
             sampler = Sampler(config.sampling, forcing)
         except (EngineError, ValueError) as exc:
             yield Error(str(exc))

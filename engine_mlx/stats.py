@@ -60,12 +60,53 @@ class GenerationStats:
     # Which kernel path ran and the calls per kernel op ({"path": "emulated", "calls": {...}});
     # a silent fallback to a reference shows as "fallbacks".
     kernels: dict[str, Any] = field(default_factory=dict)
+    # Where the decode time went (``TimeSplit``): seconds per part, auto's bookkeeping too.
+    time_split: dict[str, float] = field(default_factory=dict)
     # A thinking model's reply, per part ({"reasoning": {...}, "answer": {...}}: tokens,
     # steps, tau, acceptance_rate, seconds); empty for a model that does not think.
     segments: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+TIME_PARTS = ("plain", "draft", "verify", "looks", "policy", "switch", "output")
+"""Where a reply's decode time goes: ``plain`` steps (plain decoding's forwards, in any mode);
+``draft`` and ``verify`` of the steps that verified a draft (verify: forward, acceptance and
+commit); ``looks``, drafts auto made and never verified (a drafter catching up included);
+``policy``, auto's own bookkeeping (choosing, pricing, judging drafts against the text); and
+``switch``, the first step after a change of mode (a drafter catching up, a pipeline
+refilling); ``output``, the rest of the decode time, the same in every mode (detokenising,
+the events, whoever reads them). Kept in every ``bench`` report, so that a cost auto adds
+cannot hide in its tok/s."""
+
+
+class TimeSplit:
+    """Seconds per ``TIME_PARTS`` part over one reply's decode steps."""
+
+    def __init__(self) -> None:
+        self.seconds = dict.fromkeys(TIME_PARTS, 0.0)
+
+    def add(self, part: str, seconds: float) -> None:
+        self.seconds[part] += seconds
+
+    def add_step(self, step: StepStats, seconds: float, switched: bool) -> None:
+        """One step's wall time (its own bookkeeping already taken out): a step that verified
+        a draft splits into draft and verify, any other is a plain step."""
+        if switched:
+            self.add("switch", seconds)
+        elif step.drafted > 0:
+            draft = min(step.draft_s, seconds)
+            self.add("draft", draft)
+            self.add("verify", seconds - draft)
+        else:
+            self.add("plain", seconds)
+
+    def as_dict(self, decode_s: float) -> dict[str, float]:
+        """The parts, ``output`` what ``decode_s`` (the reply's decode time) leaves."""
+        parts = dict(self.seconds)
+        parts["output"] = max(0.0, decode_s - sum(parts.values()))
+        return parts
 
 
 @dataclass(frozen=True)
@@ -141,6 +182,12 @@ class StatsTracker:
             acceptance_rate=self.accepted / self.tested if self.tested else None,
             context_depth=context_depth,
         )
+
+    def decode_seconds(self) -> float:
+        """From the first token to the last (decode tok/s's denominator)."""
+        if self.t_first is None or self.t_last is None:
+            return 0.0
+        return self.t_last - self.t_first
 
     def summary(self) -> GenerationStats:
         end = self.t_last if self.t_last is not None else self.clock()

@@ -34,6 +34,9 @@ def _isolated_home(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Keep tests out of the user's real data folder and its cache of step costs."""
     os.environ["FLASHCHAT_HOME"] = str(tmp_path_factory.mktemp("flashchat_home"))
     os.environ["FLASHCHAT_STEP_COSTS"] = str(tmp_path_factory.mktemp("step_costs"))
+    # What auto learned stays in the process: on disk, one test's replies would change how
+    # auto starts in the next (``auto.mode_memory``; its tests switch it back on).
+    os.environ["FLASHCHAT_AUTO_MEMORY"] = "0"
 
 
 @pytest.fixture(scope="session")

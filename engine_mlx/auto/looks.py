@@ -28,6 +28,9 @@ from engine_mlx.decoding.strategies import LengthPlan
 from engine_mlx.modes import Mode
 
 LOOK_BUDGET = 0.02  # looks at all modes together take at most this share of the time
+# Modes whose draft costs no forward (prompt lookup: a search of the context): looked at every
+# step, so auto knows at once when a reply starts copying, and outside the budget.
+FREE_LOOKS = frozenset({Mode.LOOKUP})
 # A mode whose look comes this close to the best rate is near: looked at as often as ever, and
 # tried once a reply (``mode_choice``).
 TRIAL_WITHIN = 0.75
@@ -51,10 +54,14 @@ class Looks:
         return self.records.setdefault(mode, ModeRecord(look_every=self.look_every))
 
     def new_reply(self) -> None:
-        """A new reply, new text: one look at each drafting mode at once."""
+        """A new reply, new text: one look at once at each drafting mode whose last look or
+        run came near the bar (``ModeRecord.near``); one far behind waits for its budgeted
+        turn (on the 4-bit Qwen demo, looks at DFlash2 and MTP at every reply's start, the
+        drafters catching up on the prompt first, cost ~3% of plain decoding's time on chat
+        where neither ever paid)."""
         for mode in self.modes:
             if mode is not Mode.AR:
-                self.record(mode).new_reply()
+                self.record(mode).new_reply(fresh_look=mode in FREE_LOOKS)
 
     def stepped(self, mode: Mode) -> None:
         """A step ran in ``mode``: a drafting mode's own step is as good as a look at it."""
@@ -76,7 +83,11 @@ class Looks:
         state.look, state.look_pace = plan, self.costs().pace
 
     def due(
-        self, depth: int, current: Mode, cues: Mapping[Mode, Sequence[float]] | None = None
+        self,
+        depth: int,
+        current: Mode,
+        cues: Mapping[Mode, Sequence[float]] | None = None,
+        bar: float = 0.0,
     ) -> Mode | None:
         """A drafting mode, not the running one, whose look is due. ``cues``: the scores of
         what prompt lookup alone would propose for a mode that drafts with it (free to
@@ -87,7 +98,8 @@ class Looks:
         time and honesty: priced bare, code's frequent short matches looked at DFlash2 every
         3 steps at 2k of context, 40 ms each, for looks that never beat plain."""
         plain_s = self.costs().verify_s(1, depth)
-        share = LOOK_BUDGET / max(1, sum(m is not Mode.AR for m in self.modes))
+        costly = sum(m is not Mode.AR and m not in FREE_LOOKS for m in self.modes)
+        share = LOOK_BUDGET / max(1, costly)
         fresh = [m for m in self.modes if m is not Mode.AR and self.record(m).fresh_look_due]
         if fresh:
             return fresh[0]
@@ -96,7 +108,7 @@ class Looks:
             for m in self.modes
             if m not in (Mode.AR, current)
             and self.steps - self.record(m).last_look
-            >= self._interval(m, depth, plain_s, share, cues)
+            >= self._interval(m, depth, plain_s, share, cues, bar)
         ]
         return min(due, key=lambda m: self.record(m).last_look) if due else None
 
@@ -107,9 +119,13 @@ class Looks:
         plain_s: float,
         share: float,
         cues: Mapping[Mode, Sequence[float]] | None,
+        bar: float = 0.0,
     ) -> float:
-        """Steps between looks at ``mode``: its own pace, stretched so that its looks take
-        ``share`` of plain decoding's time at most, unless its cue beats plain decoding."""
+        """Steps between looks at ``mode``: its own pace, stretched so that its looks (the
+        drafter's catch-up included) take ``share`` of plain decoding's time at most, unless
+        its cue beats the bar (plain decoding, or the running mode)."""
+        if mode in FREE_LOOKS:
+            return 1
         state = self.record(mode)
         cue = (cues or {}).get(mode)
         cued = cue and per_s(
@@ -121,9 +137,9 @@ class Looks:
                 state.honesty,
             )
         )
-        if cued and cued > CUE_MARGIN * (1.0 / plain_s):
+        if cued and cued > CUE_MARGIN * max(1.0 / plain_s, bar):
             return CUED_LOOK_EVERY
-        return max(state.look_every, state.look_time.seconds / (share * plain_s))
+        return max(state.look_every, state.look_cost.seconds / (share * plain_s))
 
     def observe(
         self,
@@ -133,6 +149,7 @@ class Looks:
         depth: int,
         node_depths: Sequence[int] | None,
         bar: float,
+        spent_s: float | None = None,
     ) -> None:
         """A look at ``mode``: its draft's ``scores``, drafted in ``draft_s``. ``bar``: the
         rate (tokens/s) it is measured against, the best of plain decoding's and the running
@@ -142,6 +159,7 @@ class Looks:
         either way)."""
         state = self.record(mode)
         state.look_time.add(draft_s)
+        state.look_cost.add(draft_s if spent_s is None else max(draft_s, spent_s))
         fixed_s = draft_s + state.rest.seconds
         plan = best_length(self.costs(), scores, fixed_s, depth, state.honesty, node_depths)
         old = None if state.fresh_look_due else self.repriced(state)  # not the last text's
@@ -158,6 +176,7 @@ class Looks:
         )
         state.last_look = self.steps
         losing = per_s(state.look) < TRIAL_WITHIN * bar
+        state.near = not losing
         state.look_every = (
             min(self.max_look_every, 2 * state.look_every) if losing else self.look_every
         )

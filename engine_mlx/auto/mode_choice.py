@@ -63,6 +63,7 @@ class ModeChoice:
                 plain = rates.get(Mode.AR)
                 if plain is not None and per_s(here) < per_s(plain):
                     self.looks.record(current).defeats += 1
+                    self.looks.record(current).near = False
             if best is not Mode.AR:  # joining: its own steps will say how it does now
                 self._join(best)
             return Choice(best, _reason(best, rates[best], depth, current, here))

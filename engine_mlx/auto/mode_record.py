@@ -57,6 +57,12 @@ class ModeRecord:
     # 13 for the next ones stretched the looks' budget interval to 30 steps, and auto decoded
     # a code reply in MTP for 16 steps where DFlash2 committed 4-7 tokens a step.
     look_time: Timing = field(default_factory=Timing)
+    # Seconds a look really took, the drafter's catch-up on the tokens it missed included:
+    # what the looks' budget spends (``look_time`` prices the draft itself).
+    look_cost: Timing = field(default_factory=Timing)
+    # Whether its latest look (or run) came near the bar: a new reply looks at a mode at once
+    # only then; kept on disk with the rest of what a new process starts from (``memory``).
+    near: bool = True
     # Drafted tokens committed and drafted tokens its plans expected, decayed sums over its
     # recent steps (``honesty``): the selector's estimates are calibrated per draft position,
     # not per text or depth, so a look is scaled by how honest they were when the mode ran.
@@ -85,7 +91,7 @@ class ModeRecord:
         1.23x plain (prose at depth 0; auto 0.93x)."""
         return (self.committed_extra + HONESTY_PRIOR) / (self.expected_extra + HONESTY_PRIOR)
 
-    def new_reply(self) -> None:
+    def new_reply(self, fresh_look: bool = False) -> None:
         """New text: what the estimates were worth on the last one counts for less. (Kept
         whole, a drafter's over-promise on math, honesty 0.24, scaled its look at a code reply
         it would have decoded at 2.6x down below plain decoding, so auto never tried it.)"""
@@ -99,4 +105,4 @@ class ModeRecord:
         # reply's first mode settle: it was chosen on the last text's looks.
         self.realised = self.expected = self.verified = None
         self.steps_since_join = SETTLE_STEPS
-        self.fresh_look_due = True
+        self.fresh_look_due = self.near or fresh_look

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from engine_mlx.auto.length_plan import SMOOTHING, TRIAL_UPSIDE, best_length, per_s, smooth
 from engine_mlx.auto.looks import Looks
 from engine_mlx.auto.mode_choice import IDLE_TRIAL_STEPS, ModeChoice
+from engine_mlx.auto.mode_memory import ModeMemory
 from engine_mlx.auto.mode_record import ModeRecord
 from engine_mlx.auto.policy import Choice, _switch_reason
 from engine_mlx.auto.step_costs import StepCosts
@@ -55,6 +56,7 @@ class ExpectedRatePolicy:
     look_every: int = 4
     max_look_every: int = 32
     forced: Mode | None = None
+    memory: ModeMemory | None = None  # what the last process learned, kept on disk
     _costs: StepCosts | None = None
     _previous: Mode | None = None  # the mode of the last observed step
     looks: Looks = field(init=False, repr=False)  # each drafting mode's record, its looks
@@ -63,6 +65,14 @@ class ExpectedRatePolicy:
     def __post_init__(self) -> None:
         self.looks = Looks(self.modes, lambda: self.costs, self.look_every, self.max_look_every)
         self.mode_choice = ModeChoice(self.looks, self.hysteresis)
+        if self.memory is not None:
+            self.memory.load(self.looks.records, self.look_every)
+
+    def reply_done(self) -> None:
+        """A reply ended: what was learned on it outlives the process (``mode_memory``)."""
+        if self.memory is not None:
+            modes = [m for m in self.modes if m is not Mode.AR]
+            self.memory.save({m: self.looks.record(m) for m in modes})
 
     @property
     def costs(self) -> StepCosts:
@@ -100,7 +110,8 @@ class ExpectedRatePolicy:
         """A drafting mode, not the running one, whose look is due (``Looks.due``)."""
         if self.forced:
             return None
-        return self.looks.due(depth, current, cues)
+        bar = self._look_bar(Mode.AR, depth)  # plain decoding, or the running drafting mode
+        return self.looks.due(depth, current, cues, bar)
 
     def observe_preview(
         self,
@@ -109,8 +120,12 @@ class ExpectedRatePolicy:
         draft_s: float,
         depth: int,
         node_depths: Sequence[int] | None = None,
+        spent_s: float | None = None,
     ) -> None:
-        self.looks.observe(mode, scores, draft_s, depth, node_depths, self._look_bar(mode, depth))
+        """A look's draft (``draft_s``: drafting alone; ``spent_s``: the look's whole time,
+        the drafter's catch-up included, what the looks' budget counts)."""
+        bar = self._look_bar(mode, depth)
+        self.looks.observe(mode, scores, draft_s, depth, node_depths, bar, spent_s)
 
     def _look_bar(self, mode: Mode, depth: int) -> float:
         """The rate a look at ``mode`` must come near to be looked at as often as ever: the

@@ -28,6 +28,7 @@ from engine_mlx.errors import EngineError
 from engine_mlx.models.target import TargetModel
 from engine_mlx.modes import Mode
 from engine_mlx.session import Session
+from engine_mlx.stats import TIME_PARTS
 from engine_mlx.training.heldout import HELDOUT_FILE, HeldOutPrompt, load_heldout
 
 APP_SAMPLING = SamplingParams(temperature=0.7, top_k=20, top_p=0.8, repetition_penalty=1.05)
@@ -61,6 +62,7 @@ def measure_reply(session: Session, ids: list[int], config: GenerationConfig) ->
         "tested": s.tested,
         "accepted": s.accepted,
         "modes": dict(s.modes),
+        "time_split": dict(s.time_split),
         "output": list(finished.tokens),
     }
 
@@ -78,6 +80,9 @@ def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         tested = sum(r["tested"] for r in group)
         seconds = sum(r["decode_s"] for r in group)
         tokens = sum(r["decode_tokens"] for r in group)
+        split = {
+            part: sum(r.get("time_split", {}).get(part, 0.0) for r in group) for part in TIME_PARTS
+        }
         rows.append(
             {
                 "setting": setting,
@@ -87,6 +92,7 @@ def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "tau": tokens / steps if steps else float("nan"),
                 "acceptance": sum(r["accepted"] for r in group) / tested if tested else None,
                 "decode_tps": tokens / seconds if seconds else float("nan"),
+                "time_split": split,
             }
         )
     plain = {(r["setting"], r["category"]): r["decode_tps"] for r in rows if r["mode"] == "ar"}
@@ -124,6 +130,19 @@ def _table(rows: list[dict[str, Any]], modes: list[Mode]) -> str:
                 else f"tau {r['tau']:.2f} {r['decode_tps']:5.1f}/s {r['vs_ar'] or 0:.2f}x"
             )
         lines.append(f"{setting:8} {category:9} " + "  ".join(f"{c:>24}" for c in cells))
+    return "\n".join(lines)
+
+
+def split_table(rows: list[dict[str, Any]]) -> str:
+    """Where each mode's decode time went over all prompts (``stats.TIME_PARTS``), as shares
+    of it, and the seconds auto spent beyond its plain steps' share."""
+    lines = ["time split (share of decode time)  " + " ".join(f"{p:>7}" for p in TIME_PARTS)]
+    for row in rows:
+        if row["category"] != "all":
+            continue
+        total = sum(row["time_split"].values()) or 1.0
+        shares = " ".join(f"{100 * row['time_split'][p] / total:6.1f}%" for p in TIME_PARTS)
+        lines.append(f"{row['setting']:8} {row['mode']:24} {shares}")
     return "\n".join(lines)
 
 
@@ -168,6 +187,7 @@ def run_acceptance(args: argparse.Namespace) -> int:
                 runs.append(run)
     rows = summarise(runs)
     print(_table(rows, modes))
+    print(split_table(rows))
     if args.json_out:
         report = {
             "machine": machine_description(),

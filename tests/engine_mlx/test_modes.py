@@ -38,7 +38,9 @@ def test_available_modes_follow_the_companions():
         Mode.MTP,
         Mode.AUTO,
     )
-    assert auto_candidates(drafter=True, mtp=False) == (Mode.AR, Mode.DFLASH2)
+    # Prompt lookup is a mode of its own beside a drafter (its step pays no drafter forward).
+    assert auto_candidates(drafter=True, mtp=False) == (Mode.AR, Mode.LOOKUP, Mode.DFLASH2)
+    assert auto_candidates(drafter=True, mtp=False, lookup=False) == (Mode.AR, Mode.DFLASH2)
     assert auto_candidates(drafter=False, mtp=True) == (Mode.AR, Mode.LOOKUP, Mode.MTP)
 
 

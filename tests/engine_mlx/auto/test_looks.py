@@ -154,3 +154,45 @@ def test_a_mode_that_comes_near_again_is_looked_at_as_often_as_ever():
     assert looks.record(Mode.DFLASH2).look_every == looks.max_look_every
     looks.observe(Mode.DFLASH2, [0.9, 0.8], 0.001, 0, None, 2 * plain)  # ~1.8x plain now
     assert looks.record(Mode.DFLASH2).look_every == looks.look_every
+
+
+def test_a_new_reply_looks_at_once_only_at_modes_that_came_near_and_at_free_ones():
+    looks = _looks((Mode.AR, Mode.LOOKUP, Mode.DFLASH2, Mode.MTP))
+    plain = 1 / PLAIN_S[0]
+    looks.observe(Mode.DFLASH2, [0.0], 0.020, 0, None, plain)  # far behind plain decoding
+    looks.observe(Mode.MTP, [0.9, 0.9], 0.001, 0, None, plain)  # ahead of it
+    assert not looks.record(Mode.DFLASH2).near and looks.record(Mode.MTP).near
+    looks.new_reply()
+    fresh = []
+    while (due := looks.due(0, Mode.AR)) is not None and due not in fresh:
+        fresh.append(due)
+        looks.observe(due, [0.9, 0.9], 0.001, 0, None, plain)
+    assert fresh == [Mode.LOOKUP, Mode.MTP]  # DFlash2 waits for its budgeted turn
+
+
+def test_prompt_lookup_costs_no_budget_and_is_looked_at_every_step():
+    looks = _looks((Mode.AR, Mode.LOOKUP, Mode.DFLASH2))
+    gaps = _gaps(looks, look_s=0.00001, score=0.0, bar=1 / PLAIN_S[0])
+    assert gaps.count(1) > 250  # (the budgeted DFlash2 looks come between)
+
+
+def test_the_budget_counts_what_a_look_really_took_the_drafters_catch_up_included():
+    looks = _looks()
+    looks.observe(Mode.DFLASH2, [0.0], 0.005, 0, None, 0.0, spent_s=0.015)
+    # 15 ms a look, 2% of 30 ms a step: one look every 25 steps, not every 9 (5 ms)
+    for _ in range(24):
+        looks.stepped(Mode.AR)
+        assert looks.due(0, Mode.AR) is None
+    looks.stepped(Mode.AR)
+    assert looks.due(0, Mode.AR) is Mode.DFLASH2
+
+
+def test_a_cue_must_beat_the_running_mode_not_only_plain_decoding():
+    looks = _looks((Mode.AR, Mode.LOOKUP, Mode.DFLASH2))
+    looks.observe(Mode.DFLASH2, [0.0], 0.010, 0, None, 0.0)
+    for _ in range(CUED_LOOK_EVERY):
+        looks.stepped(Mode.LOOKUP)
+    cue = {Mode.DFLASH2: [0.9, 0.8, 0.7]}  # prompt lookup beats plain decoding here...
+    assert looks.due(0, Mode.LOOKUP, cue, bar=0.0) is Mode.DFLASH2
+    # ...but prompt lookup itself runs at 3x plain: drafting on top of it is no cue
+    assert looks.due(0, Mode.LOOKUP, cue, bar=3 / PLAIN_S[0]) is None
