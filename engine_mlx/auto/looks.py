@@ -51,7 +51,10 @@ class Looks:
     steps: int = 0  # steps observed so far
 
     def record(self, mode: Mode) -> ModeRecord:
-        return self.records.setdefault(mode, ModeRecord(look_every=self.look_every))
+        record = self.records.get(mode)
+        if record is None:  # (built only when missing: it is asked for ~20 times a step)
+            record = self.records[mode] = ModeRecord(look_every=self.look_every)
+        return record
 
     def new_reply(self) -> None:
         """A new reply, new text: one look at once at each drafting mode whose last look or

@@ -79,6 +79,10 @@ class StepCosts:
     _pace: deque[float] = field(
         default_factory=lambda: deque([1.0] * PACE_PRIOR, maxlen=PACE_WINDOW), repr=False
     )
+    # The pace and the interpolated cells, kept until the next measurement changes them:
+    # auto prices every mode every step, and recomputing them was ~0.1 ms of a plain step.
+    _pace_now: float | None = field(default=None, repr=False)
+    _tabled: dict[tuple[float, int], float] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.plain_depths |= {d for n, d in self.verify if n == 1}
@@ -89,10 +93,12 @@ class StepCosts:
         geometric mean of the recent ratios but the highest and the lowest. A median would
         flip with every step while two sizes disagree (one of them to be corrected by its
         cell), and a plain mean is pulled ~35% by one page fault."""
-        ratios = sorted(self._pace)
-        if len(ratios) > 2:
-            ratios = ratios[1:-1]
-        return math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+        if self._pace_now is None:
+            ratios = sorted(self._pace)
+            if len(ratios) > 2:
+                ratios = ratios[1:-1]
+            self._pace_now = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+        return self._pace_now
 
     def knows_plain_at(self, depth: int) -> bool:
         return any(_near(d, depth) for d in self.plain_depths)
@@ -104,6 +110,14 @@ class StepCosts:
 
     def _tabled_s(self, tokens: float, depth: int) -> float:
         """The table's value, interpolated between cells."""
+        key = (tokens, depth)
+        if key not in self._tabled:
+            if len(self._tabled) > 4096:
+                self._tabled.clear()
+            self._tabled[key] = self._interpolated_s(tokens, depth)
+        return self._tabled[key]
+
+    def _interpolated_s(self, tokens: float, depth: int) -> float:
         depths = sorted({d for _, d in self.verify})
         if len(depths) == 1 or depth <= depths[0]:
             return self._at_depth(tokens, depths[0])
@@ -143,6 +157,7 @@ class StepCosts:
             sizes = {n for n, _ in self.verify}
             new = {(n, column): self._tabled_s(n, column) for n in sizes}
             self.verify.update(new)
+            self._tabled.clear()
             self._recent.update({cell: deque(maxlen=RECENT) for cell in new})
         tabled = self._tabled_s(tokens, depth)
         cell = min(self.verify, key=lambda c: (abs(c[1] - depth), abs(c[0] - tokens)))
@@ -151,6 +166,7 @@ class StepCosts:
         ratio = seconds / tabled if tabled > 0 else 1.0
         if self._recent.get(cell, True):  # an extrapolation's error says nothing of the pace
             self._pace.append(min(max(ratio, 1e-3), 1e3))
+            self._pace_now = None
         recent = self._recent.setdefault(
             cell, deque([self.verify[cell]] * CALIBRATED_WEIGHT, maxlen=RECENT)
         )
@@ -158,6 +174,7 @@ class StepCosts:
         # into the others (measured: plain's cost at 4k drifted ~50% high while MTP ran).
         recent.append(self.verify[cell] * ratio / self.pace)
         self.verify[cell] = median(recent)
+        self._tabled.clear()
 
     def to_json(self) -> dict:
         return {

@@ -133,6 +133,48 @@ def _table(rows: list[dict[str, Any]], modes: list[Mode]) -> str:
     return "\n".join(lines)
 
 
+def auto_against_best(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per prompt and setting: auto's tok/s over the best fixed mode's (and over plain
+    decoding's) on that same prompt, the bar a user who leaves auto on holds it to."""
+    by_prompt: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
+    for run in runs:
+        tps = run["decode_tokens"] / run["decode_s"] if run["decode_s"] else 0.0
+        by_prompt[(run["setting"], run["prompt"])][run["mode"]].append(tps)
+    rows = []
+    for (setting, prompt), modes in by_prompt.items():
+        mean = {m: sum(v) / len(v) for m, v in modes.items()}
+        fixed = {m: t for m, t in mean.items() if m != Mode.AUTO.value}
+        if Mode.AUTO.value not in mean or not fixed:
+            continue
+        best = max(fixed, key=fixed.__getitem__)
+        auto = mean[Mode.AUTO.value]
+        plain = mean.get(Mode.AR.value)
+        rows.append(
+            {
+                "setting": setting,
+                "prompt": prompt,
+                "best_mode": best,
+                "auto_vs_best": auto / fixed[best] if fixed[best] else None,
+                "auto_vs_ar": auto / plain if plain else None,
+            }
+        )
+    return rows
+
+
+def best_table(rows: list[dict[str, Any]]) -> str:
+    lines = ["auto against the best fixed mode of each prompt"]
+    for row in rows:
+        vs_ar = row["auto_vs_ar"]
+        lines.append(
+            f"{row['setting']:8} {row['prompt']:28} best {row['best_mode']:8} "
+            f"auto/best {row['auto_vs_best']:.2f}x"
+            + (f"  auto/plain {vs_ar:.2f}x" if vs_ar is not None else "")
+        )
+    return "\n".join(lines)
+
+
 def split_table(rows: list[dict[str, Any]]) -> str:
     """Where each mode's decode time went over all prompts (``stats.TIME_PARTS``), as shares
     of it, and the seconds auto spent beyond its plain steps' share."""
@@ -188,6 +230,9 @@ def run_acceptance(args: argparse.Namespace) -> int:
     rows = summarise(runs)
     print(_table(rows, modes))
     print(split_table(rows))
+    against_best = auto_against_best(runs)
+    if against_best:
+        print(best_table(against_best))
     if args.json_out:
         report = {
             "machine": machine_description(),
@@ -197,6 +242,7 @@ def run_acceptance(args: argparse.Namespace) -> int:
             "max_tokens": base.max_tokens,
             "width": base.width,
             "summary": rows,
+            "auto_against_best": against_best,
             "runs": runs,
         }
         args.json_out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")

@@ -8,10 +8,16 @@ import math
 
 import pytest
 
-from engine_mlx.bench.acceptance import APP_SAMPLING, sampling_settings, summarise
+from engine_mlx.bench.acceptance import (
+    APP_SAMPLING,
+    auto_against_best,
+    sampling_settings,
+    summarise,
+)
 from engine_mlx.cli import main
 from engine_mlx.models.dflash import save_dflash
 from engine_mlx.models.mtp import save_mtp
+from engine_mlx.stats import TIME_PARTS
 from tests.support.drafters import random_dflash, random_mtp_head
 
 PROMPTS = [
@@ -52,6 +58,28 @@ def test_every_mode_answers_every_prompt_and_greedy_replies_agree(
             assert row["tau"] == 1.0 and row["acceptance"] is None and row["vs_ar"] == 1.0
         assert row["decode_tps"] > 0
     assert "sampled" in capsys.readouterr().out
+    for row in report["summary"]:  # where each mode's time went, every part accounted for
+        assert set(row["time_split"]) == set(TIME_PARTS)
+        if row["mode"] == "ar":
+            assert row["time_split"]["looks"] == row["time_split"]["policy"] == 0
+    assert {(r["setting"], r["prompt"]) for r in report["auto_against_best"]} == {
+        (s, p) for s in ("greedy", "sampled") for p in ("q1", "q2")
+    }
+
+
+def test_auto_is_held_to_the_best_fixed_mode_of_each_prompt():
+    def run(prompt, mode, tps):
+        return {"setting": "greedy", "prompt": prompt, "mode": mode, "decode_tokens": tps,
+                "decode_s": 1.0}  # fmt: skip
+
+    rows = auto_against_best(
+        [run("copy", "ar", 40), run("copy", "lookup", 60), run("copy", "auto", 57)]
+        + [run("chat", "ar", 50), run("chat", "lookup", 40), run("chat", "auto", 49)]
+    )
+    get = {r["prompt"]: r for r in rows}
+    assert get["copy"]["best_mode"] == "lookup" and get["copy"]["auto_vs_best"] == 0.95
+    assert get["copy"]["auto_vs_ar"] == pytest.approx(57 / 40)
+    assert get["chat"]["best_mode"] == "ar" and get["chat"]["auto_vs_best"] == 0.98
 
 
 def test_totals_weigh_replies_by_their_steps_and_compare_with_plain_decoding():
