@@ -101,7 +101,7 @@ class ModeMemory:
 def _fields(record: ModeRecord) -> dict[str, Any]:
     fields: dict[str, Any] = {name: list(getattr(record, name).samples) for name in _TIMINGS}
     fields |= {name: getattr(record, name) for name in _NUMBERS}
-    fields |= {"near": record.near, "look_every": record.look_every}
+    fields |= {"near": record.near, "look_every": record.look_every, "defeats": record.defeats}
     if record.look is not None:
         look = record.look
         fields["look"] = [look.nodes, look.expected_tokens, look.predicted_s, record.look_pace]
@@ -118,6 +118,7 @@ def _record(fields: Mapping[str, Any], look_every: int) -> ModeRecord:
     for name in _NUMBERS:
         setattr(record, name, _finite(fields[name]))
     record.near = bool(fields["near"])
+    record.defeats = max(0, int(fields["defeats"]))
     if "look" in fields:
         nodes, tokens, seconds, pace = fields["look"]
         record.look = LengthPlan(int(nodes), _finite(tokens), _finite(seconds))

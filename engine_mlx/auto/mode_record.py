@@ -77,7 +77,7 @@ class ModeRecord:
     fresh_look_due: bool = False  # a new reply: look at it before its first step, running or not
     idle_steps_this_reply: int = 0  # its steps in this reply whose plans verified no draft
     steps_since_join: int = 0  # its steps that verified a draft since it was last chosen
-    defeats: int = 0  # times in this reply it ran behind plain decoding and was left
+    defeats: int = 0  # times it ran behind plain decoding and was left (one forgiven a reply)
 
     @property
     def honesty(self) -> float:
@@ -99,7 +99,10 @@ class ModeRecord:
         self.expected_extra *= NEW_REPLY_MEMORY
         self.ran_this_reply = False
         self.idle_steps_this_reply = 0
-        self.defeats = 0
+        # One defeat forgiven per new text, not all: reset to none, MTP and DFlash2 were
+        # joined on a promising look and lost to plain decoding at every reply's start on
+        # the Qwen demo's chat (2-7 of their steps a reply, ~1-2% of its time).
+        self.defeats = max(0, self.defeats - 1)
         # What it committed on the last text is no rate for this one: until its first step
         # here, a mode is rated by its look at this text (``fresh_look_due``). Nor does the
         # reply's first mode settle: it was chosen on the last text's looks.

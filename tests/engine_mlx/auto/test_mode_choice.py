@@ -90,8 +90,11 @@ def test_the_rejoin_margin_doubles_after_each_defeat():
         margin = 0.1 * REJOIN_BACKOFF**defeats
         assert choice._join_margin(Mode.DFLASH2) == pytest.approx(margin)
         assert not rejoins(1 + margin - 0.02) and rejoins(1 + margin + 0.02)
-    choice.looks.new_reply()  # new text: back to the margin against flapping alone
-    assert choice._join_margin(Mode.DFLASH2) == pytest.approx(0.1)
+    # New text forgives one defeat a reply, not all: the mode lost here, and on a CPU where
+    # it loses it would be joined and lost again at every reply's start.
+    for defeats in (2, 1, 0, 0):
+        choice.looks.new_reply()
+        assert choice._join_margin(Mode.DFLASH2) == pytest.approx(0.1 * REJOIN_BACKOFF**defeats)
 
 
 def test_a_drafting_mode_that_was_not_behind_plain_is_left_without_a_defeat():

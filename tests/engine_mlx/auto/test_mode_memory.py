@@ -21,7 +21,7 @@ from tests.support.drafters import random_dflash
 
 def _record() -> ModeRecord:
     record = ModeRecord(look_every=16)
-    record.near = False
+    record.near, record.defeats = False, 2
     record.committed_extra, record.expected_extra = 1.5, 6.0
     for seconds in (0.020, 0.022):
         record.look_time.add(seconds)
@@ -37,7 +37,7 @@ def test_a_record_round_trips(tmp_path):
     records: dict[Mode, ModeRecord] = {}
     assert memory.load(records, look_every=4)
     loaded, saved = records[Mode.DFLASH2], _record()
-    assert not loaded.near and loaded.look_every == 16
+    assert not loaded.near and loaded.look_every == 16 and loaded.defeats == 2
     assert loaded.honesty == pytest.approx(saved.honesty)
     assert loaded.look == saved.look and loaded.look_pace == 1.2
     assert list(loaded.look_cost.samples) == list(saved.look_cost.samples)
