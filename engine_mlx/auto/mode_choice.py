@@ -8,8 +8,9 @@ reads and writes of each mode.
 
 - **mode**: the best rate wins, with a margin against flapping that doubles
   (``REJOIN_BACKOFF``) for a mode each time it ran behind plain decoding and was left (one
-  such defeat forgiven per new reply); back to plain decoding, being faster is enough. A mode just chosen settles for a
-  few steps (``_settling``) unless a rival's look beats the look it was chosen by;
+  such defeat forgiven per new reply); back to plain decoding, being faster is enough. A mode
+  just chosen settles for a few steps (``_settling``) unless a rival's look beats the look
+  it was chosen by;
 - **a trial** (``_worth_a_trial``): a look is a forecast from estimates made on other text,
   so a mode whose look comes within ``TRIAL_WITHIN`` of the best rate, and would beat it were
   its drafted tokens ``TRIAL_UPSIDE`` times what the look expects, runs once per reply until
@@ -91,8 +92,8 @@ class ModeChoice:
     def _join_margin(self, mode: Mode) -> float:
         """How far a look must beat the running mode to switch to ``mode``: the margin
         against flapping, doubled for every time ``mode`` ran behind plain decoding and was
-        left (one forgiven per new reply). A look is one draft's scores, and a switch made on the best of
-        many noisy looks meets the mean on arrival: on the Qwen demo's chat question
+        left (one forgiven per new reply). A look is one draft's scores, and a switch made on
+        the best of many noisy looks meets the mean on arrival: on the Qwen demo's chat question
         (sampled), looks at MTP and DFlash2 promised 1.4-1.8 tokens a step, and auto switched
         to them 9 times in 120 tokens; their steps committed 1.0-1.3 at 145-200 ms, behind
         plain decoding's 125 ms a token, each time."""
