@@ -36,16 +36,16 @@ def default_database_path() -> Path:
     return user_data_dir() / "flashchat.sqlite3"
 
 
-def open_history(path: Path) -> tuple[ConversationStore, AppSettings, str]:
-    """The history file, its settings, and "" — or, when the file cannot be used, a store in
+def open_history(path: Path) -> tuple[ConversationStore, AppSettings, StorageError | None]:
+    """The history file, its settings, and None — or, when the file cannot be used, a store in
     memory (the window works, nothing is saved), what it could read, and the reason."""
-    problem = ""
+    problem = None
     try:
         store = ConversationStore(path)
     except StorageError as exc:
-        problem = str(exc)
+        problem = exc
         store = ConversationStore.temporary()
     try:
         return store, load_settings(store), problem
     except StorageError as exc:
-        return store, AppSettings(), problem or str(exc)
+        return store, AppSettings(), problem or exc

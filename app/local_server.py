@@ -3,7 +3,9 @@
 The HTTP side (uvicorn) runs on a plain thread of its own; generations run on the engine
 worker's thread, queued behind (and ahead of) the chat's own, so the chat and the server take
 turns on one model and one KV cache. Requests reach the worker as queued Qt signals; the
-worker reports each server generation's events back for the speed panel.
+worker reports each server generation's events back for the speed panel. The checks on every
+request (Host, Origin, JSON bodies, their size) and uvicorn's settings are ``serve``'s own
+(``engine_mlx.server.app.uvicorn_server``), with the same allow-lists from the environment.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from PySide6.QtCore import QObject, Signal
 from app.engine_worker import EngineWorker
 from engine_mlx.config import GenerationConfig
 from engine_mlx.modes import Mode
-from engine_mlx.server.app import Server
+from engine_mlx.server.access import AccessPolicy
+from engine_mlx.server.app import Server, uvicorn_server
 from engine_mlx.server.runner import Job, JobQueue
 from engine_mlx.session import Session
 
@@ -57,8 +60,6 @@ class LocalServer:
 
     def start(self, port: int) -> str:
         """Serve on ``port``; returns the base URL. OSError when the port is taken."""
-        import uvicorn
-
         self.stop()
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -67,8 +68,12 @@ class LocalServer:
         except OSError:
             sock.close()
             raise
-        server = Server(WorkerRunner(self._worker), base_config=GenerationConfig(mode=Mode.AUTO))
-        self._uvicorn = uvicorn.Server(uvicorn.Config(server.app, log_level="warning"))
+        server = Server(
+            WorkerRunner(self._worker),
+            base_config=GenerationConfig(mode=Mode.AUTO),
+            access=AccessPolicy.from_options(HOST),
+        )
+        self._uvicorn = uvicorn_server(server)
         self._thread = threading.Thread(
             target=self._uvicorn.run, kwargs={"sockets": [sock]}, name="flashchat-server"
         )

@@ -10,21 +10,14 @@ menus (``window_keys``).
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QThread, QTimer, Signal, Slot
-from PySide6.QtGui import (
-    QCloseEvent,
-    QIcon,
-)
-from PySide6.QtWidgets import (
-    QMainWindow,
-    QMessageBox,
-)
+from PySide6.QtGui import QCloseEvent, QIcon
+from PySide6.QtWidgets import QMainWindow, QMessageBox
 
 from app.about import about_text
 from app.ask_mode import OVERRIDES, AskAndQuit
@@ -36,6 +29,7 @@ from app.library_controls import LibraryControls
 from app.messages import LiveUpdate, ModelInfo, reply_record
 from app.model_drops import ModelDrops
 from app.remote_models import ask_for_remote_model, saved_remote_models
+from app.reply_keeper import ReplyKeeper
 from app.serving_controls import ServingControls
 from app.settings import save_settings
 from app.settings_dialog import SettingsDialog
@@ -57,6 +51,7 @@ ICON = Path(__file__).resolve().parents[1] / "resources" / "icons" / "flashchat.
 class MainWindow(QMainWindow):
     request_load = Signal(str, str)
     request_generate = Signal(list, dict)
+    storage_problem = Signal(str)  # what the banner says (``ask_mode`` hears it too)
 
     def __init__(
         self, model_path: str = "", drafter_path: str = "", db_path: Path | None = None
@@ -66,18 +61,19 @@ class MainWindow(QMainWindow):
         if ICON.is_file():
             self.setWindowIcon(QIcon(str(ICON)))
         self.db_path = db_path or default_database_path()
-        self.store, self.settings, self._store_problem = open_history(self.db_path)
+        self.store, self.settings, opened = open_history(self.db_path)
+        self.store_problem = ""  # the last thing said about the history ("" none)
         self.conversation_id: int | None = None
         self.max_context = 0
         self.generating = False
         self.available_modes: list[str] = []
         self._overrides: dict = {}  # generation settings not saved (``ask_and_quit``)
         self._loaded: ModelInfo | None = None
-        self._reply_record: dict = {}  # what the reply being generated was asked of (stats)
+        self.keeper = ReplyKeeper(lambda: self.store)  # the reply, saved as it streams
         self._backend_summary = ""  # the status bar's resting message once a model is loaded
         self._build_ui()
-        if self.store.is_temporary:
-            self._show_storage_problem(self._store_problem)
+        if opened is not None:
+            self._show_storage_problem(opened)
         self._start_worker()
         self._start_library()
         if self.settings.window_geometry:
@@ -91,11 +87,15 @@ class MainWindow(QMainWindow):
             QTimer.singleShot(0, self, lambda: self.request_load.emit(model_path, drafter_path))
 
     # ---------------------------------------------------------------- history file
-    def _show_storage_problem(self, message: str) -> None:
-        """What is wrong with the history file and, when it could not be opened, the way out."""
-        if unusable := self.store.is_temporary:
-            message += "\nUntil then, chats in this window are not saved."
-        self.storage_banner.show_problem(message, unusable)
+    def _show_storage_problem(self, exc: StorageError) -> None:
+        """What is wrong with the history and, for a file that cannot be used, the way out."""
+        message = str(exc)
+        if self.store.is_temporary:  # the file could not be opened: a memory store stands in
+            then = "Until then" if exc.file_unusable else "Until FlashChat is restarted"
+            message += f"\n{then}, chats in this window are not saved."
+        self.store_problem = message
+        self.storage_banner.show_problem(message, self.store.is_temporary and exc.file_unusable)
+        self.storage_problem.emit(message)
 
     @contextmanager
     def _storage(self) -> Iterator[None]:
@@ -103,7 +103,7 @@ class MainWindow(QMainWindow):
         try:
             yield
         except StorageError as exc:
-            self._show_storage_problem(str(exc))
+            self._show_storage_problem(exc)
 
     @Slot()
     def start_fresh_history(self) -> None:
@@ -115,7 +115,7 @@ class MainWindow(QMainWindow):
             store = ConversationStore(self.db_path)
             save_settings(store, self.settings)
         except StorageError as exc:
-            self._show_storage_problem(str(exc))
+            self._show_storage_problem(exc)
             return
         self.store.close()
         self.store = self.conversations.store = store
@@ -154,7 +154,7 @@ class MainWindow(QMainWindow):
         self.conversations.selected.connect(self.open_conversation)
         self.conversations.new_requested.connect(self.new_chat)
         self.conversations.deleted.connect(self._on_deleted)
-        self.conversations.storage_failed.connect(lambda e: self._show_storage_problem(str(e)))
+        self.conversations.storage_failed.connect(self._show_storage_problem)
         self.storage_fresh_button.clicked.connect(self.start_fresh_history)
         self.chat.regenerate_requested.connect(self.regenerate)
         self.chat.edit_requested.connect(self.edit_message)
@@ -274,7 +274,7 @@ class MainWindow(QMainWindow):
                 self.conversations.select(self.conversation_id, emit=False)
             message = self.store.add_message(self.conversation_id, "user", text)
         except StorageError as exc:  # the typed text stays in the prompt
-            self._show_storage_problem(str(exc))
+            self._show_storage_problem(exc)
             return
         self.chat.add_message("user", text, message.id)
         self.prompt_edit.clear()
@@ -284,7 +284,7 @@ class MainWindow(QMainWindow):
         try:
             stored = self.store.messages(self.conversation_id)
         except StorageError as exc:
-            self._show_storage_problem(str(exc))
+            self._show_storage_problem(exc)
             return
         history = [
             {"role": m.role, "content": m.content}
@@ -299,7 +299,7 @@ class MainWindow(QMainWindow):
         self.stop_button.setEnabled(True)
         self.chat.start_assistant()
         settings = self._generation_settings()
-        self._reply_record = reply_record(self._loaded, settings)
+        self.keeper.start(self.conversation_id, reply_record(self._loaded, settings))
         self.request_generate.emit(history, settings)
 
     def _generation_settings(self) -> dict:
@@ -335,7 +335,7 @@ class MainWindow(QMainWindow):
         try:
             self.store.delete_messages_from(self.conversation_id, message_id)
         except StorageError as exc:
-            self._show_storage_problem(str(exc))
+            self._show_storage_problem(exc)
             return
         self.open_conversation(self.conversation_id)
         self._generate()
@@ -348,7 +348,7 @@ class MainWindow(QMainWindow):
         try:
             self.store.delete_messages_from(self.conversation_id, message_id)
         except StorageError as exc:
-            self._show_storage_problem(str(exc))
+            self._show_storage_problem(exc)
             return
         self.open_conversation(self.conversation_id)
         self.prompt_edit.setPlainText(text)
@@ -436,6 +436,8 @@ class MainWindow(QMainWindow):
     def _on_segments(self, update: LiveUpdate) -> None:
         self.chat.append_reasoning(update.reasoning)
         self.chat.append_assistant(list(update.segments))
+        with self._storage():
+            self.keeper.add("".join(text for text, _ in update.segments), update.reasoning)
         step = update.latest
         if step is not None:
             self.panel.set_part(step.part if self._loaded and self._loaded.thinks else "")
@@ -447,16 +449,11 @@ class MainWindow(QMainWindow):
     @Slot(object)
     def _on_finished(self, event: Finished) -> None:
         self.generating = False
-        stats = {**event.stats.to_json(), "reason": event.reason, **self._reply_record}
-        if not math.isfinite(stats["tau"]):  # a remote server that does not report it
-            stats["tau"] = None
-        message_id = -1
-        if self.conversation_id is not None and (event.text or event.reasoning):
-            with self._storage():
-                message_id = self.store.add_message(
-                    self.conversation_id, "assistant", event.text, stats, event.reasoning or None
-                ).id
-                self.conversations.refresh()
+        stats = self.keeper.final_stats({**event.stats.to_json(), "reason": event.reason})
+        message_id = self.keeper.message_id or -1
+        with self._storage():
+            message_id = self.keeper.finish(event.text, event.reasoning, stats)
+            self.conversations.refresh()
         self.chat.finish_assistant(message_id, stats, event.reason, event.reasoning)
         self.panel.set_part("")
         self.panel.generation_finished(stats)
@@ -471,9 +468,9 @@ class MainWindow(QMainWindow):
 
     def _on_error(self, message: str) -> None:
         self.error_label.show_message(message)
-        if self.generating:
+        if self.generating:  # what was kept of the reply stays, marked interrupted
             self.generating = False
-            self.chat.finish_assistant(-1, None, "cancelled")
+            self.chat.finish_assistant(*self.keeper.abandoned())
         self.stop_button.setEnabled(False)
         self.send_button.setEnabled(bool(self.available_modes))
         if not self.available_modes:

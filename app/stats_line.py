@@ -7,6 +7,7 @@ from engine_mlx.modes import mode_label
 
 REASON_NOTES = {
     "cancelled": "stopped",
+    "interrupted": "interrupted: FlashChat stopped mid-reply (Regenerate for a whole one)",
     "context_full": "context full",
     "max_tokens": "max tokens",
     "repetition": "stopped: the reply kept repeating itself (loop guard, in Settings)",

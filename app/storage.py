@@ -24,17 +24,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.storage_errors import StorageError, damaged, is_storage_failure, storage_error
 from app.storage_schema import FTS_SCHEMA, FTS_TRIGGERS, SCHEMA_V1, SCHEMA_VERSION, UPGRADES
+
+__all__ = ["ConversationStore", "StorageError"]  # and the records below
 
 DEFAULT_TITLE = "New chat"
 MAX_TITLE_CHARS = 200
 ROLES = ("system", "user", "assistant")
 MEMORY = ":memory:"
 _FTS_MIN_QUERY = 3  # the trigram tokenizer cannot match shorter strings
-
-
-class StorageError(Exception):
-    """The database cannot be used; the message names the file and is fit to show the user."""
 
 
 @dataclass(frozen=True)
@@ -146,7 +145,7 @@ class ConversationStore:
             # Autocommit mode: transactions are explicit (see _transaction).
             self._conn = sqlite3.connect(self.path, isolation_level=None, timeout=2.0)
         except (OSError, sqlite3.Error) as exc:
-            raise self._error("could not be opened", exc) from exc
+            raise storage_error(self.path, "could not be opened", exc) from exc
         # Text that is not UTF-8 (written by another tool, or a damaged page) is shown with
         # replacement characters rather than making its whole conversation unreadable.
         self._conn.text_factory = _decode_text
@@ -156,30 +155,24 @@ class ConversationStore:
             self._conn.close()
             raise
 
-    def _error(self, problem: str, exc: BaseException | None = None) -> StorageError:
-        detail = f" ({exc})" if exc is not None else ""
-        return StorageError(
-            f"The FlashChat database {self.path} {problem}{detail}. It has been left untouched: "
-            "move or rename it to start a fresh history, or restore it from a backup."
-        )
-
     def _open(self) -> None:
         """Check the file before writing anything to it, then create or upgrade the schema."""
         try:
             version = self._conn.execute("PRAGMA user_version").fetchone()[0]
             check = self._conn.execute("PRAGMA quick_check").fetchone()[0]
             objects = self._conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
-        except sqlite3.DatabaseError as exc:
-            raise self._error("is not a SQLite database, or is damaged", exc) from exc
+        except sqlite3.DatabaseError as exc:  # damaged, or a disk that is full or failing
+            raise storage_error(self.path, "could not be read", exc) from exc
         if check != "ok":
-            raise self._error("is damaged", RuntimeError(check))
+            raise damaged(self.path, f"is damaged ({check})")
         if version == 0 and objects:
-            raise self._error("is a SQLite database, but not FlashChat's")
+            raise damaged(self.path, "is a SQLite database, but not FlashChat's")
         if version > SCHEMA_VERSION:
             raise StorageError(
                 f"The FlashChat database {self.path} was written by a newer FlashChat "
                 f"(schema v{version}; this version knows up to v{SCHEMA_VERSION}). "
-                "Update FlashChat, or move the file aside to start a fresh history."
+                "Update FlashChat, or move the file aside to start a fresh history.",
+                file_unusable=True,
             )
         with self._guard("could not be prepared"):
             self._conn.execute("PRAGMA journal_mode = WAL")
@@ -226,10 +219,10 @@ class ConversationStore:
         """Turn disk, lock and corruption errors into StorageError; bugs stay as they are."""
         try:
             yield
-        except (sqlite3.IntegrityError, sqlite3.ProgrammingError, sqlite3.InterfaceError):
-            raise
         except sqlite3.DatabaseError as exc:
-            raise self._error(problem, exc) from exc
+            if not is_storage_failure(exc):
+                raise
+            raise storage_error(self.path, problem, exc) from exc
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
@@ -362,6 +355,24 @@ class ConversationStore:
         # Stats come back through JSON, exactly as messages() will return them later.
         stats = _load_stats(stats_text)
         return Message(cursor.lastrowid, conversation_id, role, content, now, stats, reasoning)
+
+    def update_message(
+        self, message_id: int, content: str, stats: dict | None, reasoning: str | None = None
+    ) -> None:
+        """Rewrites a message's text, stats and reasoning (a reply kept while it streams)."""
+        _check_message("assistant", content, reasoning)
+        stats_text = _dump_stats(stats)
+        with self._transaction() as conn:
+            row = conn.execute(
+                "SELECT conversation_id FROM messages WHERE id = ?", (message_id,)
+            ).fetchone()
+            if row is None:
+                raise KeyError(f"no message {message_id}")
+            conn.execute(
+                "UPDATE messages SET content = ?, stats = ?, reasoning = ? WHERE id = ?",
+                (content, stats_text, reasoning, message_id),
+            )
+            self._touch(row[0])
 
     def messages(self, conversation_id: int) -> list[Message]:
         """In the order they were added."""

@@ -25,6 +25,7 @@ from engine_mlx.backend import backend_info
 from engine_mlx.chat import check_messages
 from engine_mlx.errors import EngineError
 from engine_mlx.modes import Mode
+from engine_mlx.server.command import add_serve_command, serve_command
 from engine_mlx.training.commands import COMMANDS as TRAINING_COMMANDS
 from engine_mlx.training.commands import add_training_commands, run_training_command
 from engine_mlx.version import version
@@ -101,6 +102,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--forward-cost",
         action="store_true",
         help="time one target forward over 1-32 tokens at each depth (no generation)",
+    )
+    bench.add_argument(
+        "--sampler-cost",
+        action="store_true",
+        help="time the sampler alone: each setting, 1-16 rows, two vocabulary sizes (no model)",
     )
     bench.add_argument(
         "--suite", default=None, choices=["standard", "reduced"], help="modes x depths x categories"
@@ -206,30 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
     lst = sub.add_parser("list", help="list the library: models, drafters, MTP heads, pairings")
     lst.add_argument("--json", action="store_true", help="one JSON object")
 
-    serve = sub.add_parser("serve", help="serve the model over an OpenAI-compatible HTTP API")
-    serve.add_argument("--model", type=Path, default=None, help="model folder (default: demo)")
-    serve.add_argument("--host", default="127.0.0.1", help="other than loopback needs a key")
-    serve.add_argument("--port", type=int, default=8080)
-    serve.add_argument("--api-key", default=None, help="required as 'Authorization: Bearer'")
-    serve.add_argument("--mode", default=Mode.AUTO.value, choices=[m.value for m in Mode])
-    serve.add_argument(
-        "--max-queue", type=int, default=4, help="requests that may wait (more get 429)"
-    )
-    add_speculation(serve)
-    serve.add_argument(
-        "--thinking-budget",
-        type=int,
-        default=None,
-        help="a thinking model's reasoning tokens before its end marker is forced (a request's "
-        "thinking_budget overrides)",
-    )
-    serve.add_argument(
-        "--reasoning-format",
-        choices=["deepseek", "none"],
-        default="deepseek",
-        help="deepseek: reasoning in reasoning_content (and reasoning); none: in the content, "
-        "between the model's markers",
-    )
+    add_serve_command(sub)
 
     demo = sub.add_parser("demo", help="import the demo model if needed and print its folder")
     demo.add_argument(
@@ -276,6 +259,10 @@ def main(argv: list[str] | None = None) -> int:
                 from engine_mlx.bench.suite import run_suite
 
                 return run_suite(args)
+            if args.sampler_cost:
+                from engine_mlx.bench.sampler_cost import run_sampler_cost
+
+                return run_sampler_cost(args)
             args.repeats = args.repeats or 3
             if args.forward_cost:
                 from engine_mlx.bench.forward_cost import run_forward_cost
@@ -337,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "demo":
             return _demo_command(args)
         if args.command == "serve":
-            return _serve(args)
+            return serve_command(args)
         print(backend_info().describe())
         return 0
     except EngineError as exc:
@@ -346,44 +333,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\nCancelled.", file=sys.stderr)
         return 130
-
-
-def _serve(args: argparse.Namespace) -> int:
-    from engine_mlx.api import load_target
-    from engine_mlx.server.app import Server, is_loopback, run_server
-    from engine_mlx.server.requests import DEFAULT_MAX_TOKENS
-    from engine_mlx.server.runner import EngineRunner
-    from engine_mlx.session import Session
-
-    if not is_loopback(args.host) and not args.api_key:  # before the model loads
-        raise EngineError(
-            f"Refusing to serve on {args.host} without an API key: pass --api-key KEY, or "
-            "bind to 127.0.0.1."
-        )
-    if args.thinking_budget is not None and args.thinking_budget < 0:
-        raise EngineError("--thinking-budget must be 0 or more tokens.")
-    base = config_from_args(
-        args,
-        mode=Mode(args.mode),
-        max_tokens=DEFAULT_MAX_TOKENS,
-        thinking_budget=args.thinking_budget,
-    )
-
-    def build() -> Session:  # on the server's engine thread, which owns all MLX work
-        target = load_target(resolve_model(args.model))
-        spec = speculators_from_args(args, target)
-        session = Session(target, spec.drafter, spec.mtp, spec.mtp_reason, reuse_prompt=True)
-        if base.mode is Mode.AUTO and base.policy == "expected":
-            session.step_costs()  # measured (or read from the cache) now, not in a request
-        return session
-
-    runner = EngineRunner(build, args.max_queue)
-    runner.wait_ready()  # raises what went wrong loading the model
-    server = Server(
-        runner, base_config=base, api_key=args.api_key, reasoning_format=args.reasoning_format
-    )
-    run_server(server, args.host, args.port, lambda line: print(line, file=sys.stderr, flush=True))
-    return 0
 
 
 def _demo_command(args: argparse.Namespace) -> int:

@@ -16,6 +16,7 @@ from engine_mlx.modes import MTP_STEPS, Mode, parse_mode
 POLICIES = ("expected", "threshold")
 MAX_WIDTH = 8
 BLOCK_SIZES = (2, 64)
+MAX_SEED = 2**64 - 1  # the sampler's key is an unsigned 64-bit number
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,9 @@ class GenerationConfig:
             raise EngineError(f"Mode '{self.mode}' is not available (available: {names}).")
         if self.max_tokens < 1:
             raise EngineError("max tokens must be at least 1.")
+        seed = self.sampling.seed
+        if seed is not None and not 0 <= seed <= MAX_SEED:
+            raise EngineError(f"the seed must be an integer from 0 to {MAX_SEED} (2^64 - 1).")
         if self.thinking_budget is not None and self.thinking_budget < 0:
             raise EngineError("the thinking budget must be at least 0 tokens.")
         if self.prefill_chunk < 1:

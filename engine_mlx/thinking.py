@@ -11,7 +11,9 @@ The budget is a rule on the distribution, not an edit of the text: once a contex
 ``budget`` reasoning tokens after an open start marker, the next token is the end marker with
 probability 1. The sampler applies it to every row it scores (plain decoding's one row, every
 node of a verification tree), so every mode forces the same token at the same place and stays
-exactly as lossless as without it.
+exactly as lossless as without it. It counts generated reasoning tokens only, as llama.cpp's
+``--reasoning-budget`` does: what a template writes into a block it opens in the prompt (the
+newline of Qwen3.5's ``<think>\\n``) is the template's, not the model's reasoning.
 """
 
 from __future__ import annotations
@@ -82,23 +84,36 @@ class ReasoningState:
 
 
 class ThinkingBudget:
-    """The sampler's forcing rule (``Sampler.forcing``): after ``budget`` reasoning tokens
-    the end marker. It follows the context through ``remember``; ``forced`` answers for a
-    row that continues the context with tokens not remembered yet."""
+    """The sampler's forcing rule (``Sampler.forcing``): after ``budget`` generated reasoning
+    tokens the end marker. It follows the context through ``remember``; ``forced`` answers
+    for a row that continues the context with tokens not remembered yet. ``prompt``: the
+    prompt's tokens, so that reasoning the prompt wrote into the block it leaves open is not
+    counted (while that block lasts)."""
 
-    def __init__(self, markers: ThinkingMarkers, budget: int) -> None:
+    def __init__(self, markers: ThinkingMarkers, budget: int, prompt: Sequence[int] = ()) -> None:
         if budget < 0:
             raise ValueError("the thinking budget must be at least 0 tokens")
         self.budget = budget
         self.state = ReasoningState(markers)
+        opened = ReasoningState(markers)
+        opened.advance(prompt)
+        self._prompt_written = opened.count if opened.inside else 0
+        self._prompt_starts = self._starts_in(prompt)
+        self._starts = 0  # start markers remembered so far
+
+    def _starts_in(self, tokens: Sequence[int]) -> int:
+        return sum(1 for t in tokens if int(t) == self.state.markers.start)
 
     def remember(self, tokens: Sequence[int]) -> None:
+        self._starts += self._starts_in(tokens)
         self.state.advance(tokens)
 
     def forced(self, pending: Sequence[int]) -> int | None:
         state = self.state.copy() if pending else self.state
         if pending:
             state.advance(pending)
-        if state.inside and state.count >= self.budget:
-            return state.markers.end
-        return None
+        if not state.inside:
+            return None
+        same_block = self._starts + self._starts_in(pending) == self._prompt_starts
+        generated = state.count - (self._prompt_written if same_block else 0)
+        return state.markers.end if generated >= self.budget else None

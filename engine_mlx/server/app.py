@@ -1,9 +1,10 @@
 """The HTTP routes (Starlette) and the launcher (uvicorn).
 
 Safe by default: it binds to the loopback address; any other address needs an API key, which
-every ``/v1`` request must then present (``Authorization: Bearer KEY``). Requests are checked
-(``requests``) before they queue, so a bad one is refused at once with an OpenAI-style error,
-never half-way through a stream.
+every ``/v1`` request must then present (``Authorization: Bearer KEY``). Before any route runs,
+``guard`` refuses foreign Host names and web pages, bodies that are not JSON, too big or too
+slow. Requests are checked (``requests``) before they queue, so a bad one is refused at once
+with an OpenAI-style error, never half-way through a stream.
 """
 
 from __future__ import annotations
@@ -11,21 +12,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import ipaddress
 import json
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from engine_mlx.config import GenerationConfig
-from engine_mlx.errors import EngineError
+from engine_mlx.errors import ContextOverflowError, EngineError
 from engine_mlx.events import Error, Event, Finished, Tokens
 from engine_mlx.modes import Mode
+from engine_mlx.server.access import AccessPolicy, is_loopback
+from engine_mlx.server.guard import BODY_TIMEOUT_S, MAX_BODY_BYTES, RequestGuard
 from engine_mlx.server.requests import (
     ApiError,
     CompletionRequest,
@@ -37,21 +41,13 @@ from engine_mlx.server.responses import ResponseBuilder
 from engine_mlx.server.runner import Job, JobQueue, QueueFull
 from engine_mlx.session import Session
 
-MAX_BODY_BYTES = 8 * 1024 * 1024
+__all__ = ["MAX_BODY_BYTES", "Server", "run_server", "uvicorn_server"]
+
 RETRY_AFTER_S = 2
-DISCONNECT_POLL_S = 0.25
-
-
+# More at once get uvicorn's 503. Each holds a 64 KB read buffer and at most one body (8 MB)
+# while the guard reads it; one model serves one request at a time, so 32 is plenty.
+MAX_CONNECTIONS = 32
 REASONING_FORMATS = ("deepseek", "none")
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class Server:
@@ -76,6 +72,9 @@ class Server:
         base_config: GenerationConfig | None = None,
         api_key: str | None = None,
         reasoning_format: str = "deepseek",
+        access: AccessPolicy | None = None,
+        max_body: int = MAX_BODY_BYTES,
+        body_timeout_s: float = BODY_TIMEOUT_S,
     ) -> None:
         if reasoning_format not in REASONING_FORMATS:
             raise ValueError(f"reasoning format must be one of {', '.join(REASONING_FORMATS)}")
@@ -91,7 +90,17 @@ class Server:
             Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
             Route("/v1/completions", self.completions, methods=["POST"]),
         ]
-        self.app = Starlette(routes=routes, lifespan=self._lifespan)
+        guard = Middleware(
+            RequestGuard,
+            policy=access or AccessPolicy(),
+            max_body=max_body,
+            body_timeout_s=body_timeout_s,
+        )
+        # Pages that passed the guard (local ones, those allowed by name) may read the replies.
+        cors = Middleware(
+            CORSMiddleware, allow_origins=["*"], allow_methods=["GET", "POST"], allow_headers=["*"]
+        )
+        self.app = Starlette(routes=routes, middleware=[guard, cors], lifespan=self._lifespan)
 
     @contextlib.asynccontextmanager
     async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
@@ -101,6 +110,9 @@ class Server:
     # ---- routes ----------------------------------------------------------------------------
 
     async def health(self, request: Request) -> Response:
+        """Up or not, for anyone; what it serves only for those holding the key."""
+        if self._guarded(request) is not None:
+            return JSONResponse({"status": "ok"})
         return JSONResponse({"status": "ok", "model": self.model_name})
 
     async def models(self, request: Request) -> Response:
@@ -184,18 +196,18 @@ class Server:
         return await self._collect(request, job, events, builder, req)
 
     async def _parse(self, request: Request, chat: bool) -> CompletionRequest:
-        raw = await request.body()
-        if len(raw) > MAX_BODY_BYTES:
-            raise ApiError(413, f"The request body is over {MAX_BODY_BYTES // 2**20} MB.")
-        body = parse_json(raw)
+        body = parse_json(await request.body())  # read (and bounded) by the guard
         check_model(body, self.session.target.spec.name)
         req = parse_completion(body, self.session.target, self.base_config, chat=chat)
+        prompt_field = "messages" if chat else "prompt"
         try:
             self.session.check_fits(len(req.prompt_ids))
-        except EngineError as exc:
+        except ContextOverflowError as exc:
             raise ApiError(
-                400, str(exc), param="messages", code="context_length_exceeded"
+                400, str(exc), param=prompt_field, code="context_length_exceeded"
             ) from None
+        except EngineError as exc:
+            raise ApiError(400, str(exc), param=prompt_field) from None
         try:
             self.session.check_available(req.config.validate())
         except EngineError as exc:
@@ -210,23 +222,22 @@ class Server:
         builder: ResponseBuilder,
         req: CompletionRequest,
     ) -> Response:
-        """Wait for the whole reply; a client that leaves first cancels its generation."""
+        """Wait for the whole reply; a client that leaves first cancels its generation at
+        once: its disconnect is awaited beside the events (not polled between them, which a
+        steady flow of tokens would put off until the reply ends)."""
+        watcher = asyncio.create_task(_cancel_on_disconnect(request, job))
         finished: Finished | None = None
         error: Error | None = None
-        while True:
-            try:
-                event = await asyncio.wait_for(events.get(), DISCONNECT_POLL_S)
-            except TimeoutError:
-                if await request.is_disconnected():
-                    job.cancel.set()
-                    return Response(status_code=499)
-                continue
-            if event is None:
-                break
-            if isinstance(event, Finished):
-                finished = event
-            elif isinstance(event, Error):
-                error = event
+        try:
+            while (event := await events.get()) is not None:
+                if isinstance(event, Finished):
+                    finished = event
+                elif isinstance(event, Error):
+                    error = event
+        finally:
+            watcher.cancel()
+        if watcher.done() and not watcher.cancelled():
+            return Response(status_code=499)  # nobody is listening
         if finished is None or finished.reason == "cancelled":
             message = error.message if error else "The generation did not finish."
             return _error(ApiError(500, message, kind="server_error"))
@@ -235,6 +246,13 @@ class Server:
             finished.text, finished.reason, finished.stats, mode, finished.reasoning
         )
         return JSONResponse(reply)
+
+
+async def _cancel_on_disconnect(request: Request, job: Job) -> None:
+    """Cancel ``job`` when its client disconnects (the body is read; nothing else comes)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        continue
+    job.cancel.set()
 
 
 async def _stream(
@@ -296,16 +314,25 @@ def _error(exc: ApiError, headers: dict[str, str] | None = None) -> Response:
     return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
 
 
-def run_server(server: Server, host: str, port: int, announce: Callable[[str], None]) -> None:
-    """Serve until interrupted (uvicorn handles Ctrl+C and SIGTERM)."""
+def uvicorn_server(server: Server, **bind: Any) -> Any:
+    """The uvicorn server ``serve`` and the app's "Serve on localhost" both run (``bind``:
+    host and port, or neither when the caller hands it a bound socket)."""
     import uvicorn
 
+    config = uvicorn.Config(
+        server.app, log_level="warning", limit_concurrency=MAX_CONNECTIONS, **bind
+    )
+    return uvicorn.Server(config)
+
+
+def run_server(server: Server, host: str, port: int, announce: Callable[[str], None]) -> None:
+    """Serve until interrupted (uvicorn handles Ctrl+C and SIGTERM)."""
     if not is_loopback(host) and server.api_key is None:
         raise EngineError(
             f"Refusing to serve on {host} without an API key: anyone on the network could use "
-            "this machine. Pass --api-key KEY (clients send it as a Bearer token), or bind to "
-            "127.0.0.1."
+            "this machine. Set FLASHCHAT_API_KEY or pass --api-key-file FILE (clients send "
+            "the key as a Bearer token), or bind to 127.0.0.1."
         )
-    config = uvicorn.Config(server.app, host=host, port=port, log_level="warning")
-    announce(f"Serving {server.model_name} on http://{host}:{port}/v1 (Ctrl+C stops)")
-    uvicorn.Server(config).run()
+    shown = f"[{host}]" if ":" in host else host
+    announce(f"Serving {server.model_name} on http://{shown}:{port}/v1 (Ctrl+C stops)")
+    uvicorn_server(server, host=host, port=port).run()

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from engine_mlx.chat import ChatFormatter, check_messages
-from engine_mlx.config import GenerationConfig
+from engine_mlx.config import MAX_SEED, GenerationConfig
 from engine_mlx.decoding.sampling import SamplingParams
 from engine_mlx.errors import EngineError
 from engine_mlx.models.target import TargetModel
@@ -72,6 +72,10 @@ def parse_json(raw: bytes) -> dict[str, Any]:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ApiError(400, f"The request body is not valid JSON: {exc}") from None
+    except RecursionError:  # the decoder recurses per level: refuse, rather than fail with a 500
+        raise ApiError(
+            400, "The request body nests arrays or objects too deeply; no API field needs that."
+        ) from None
     if not isinstance(body, dict):
         raise ApiError(400, "The request body must be a JSON object.")
     return body
@@ -143,7 +147,15 @@ def _text_ids(body: dict[str, Any], target: TargetModel) -> list[int]:
         prompt = prompt[0]
     if not isinstance(prompt, str):
         raise ApiError(400, "'prompt' must be a string.", param="prompt")
-    return ChatFormatter(target.tokenizer).encode_raw(prompt)
+    ids = ChatFormatter(target.tokenizer).encode_raw(prompt)
+    if not ids:
+        raise ApiError(
+            400,
+            "'prompt' is empty: send at least some text to continue.",
+            param="prompt",
+            code="empty_prompt",
+        )
+    return ids
 
 
 def _config(body: dict[str, Any], base: GenerationConfig) -> GenerationConfig:
@@ -159,6 +171,10 @@ def _config(body: dict[str, Any], base: GenerationConfig) -> GenerationConfig:
     if not 0.0 < top_p <= 1.0:
         raise ApiError(400, "'top_p' must be in (0, 1].", param="top_p")
     seed = _get(body, "seed", int, default=None)
+    if seed is not None and not 0 <= seed <= MAX_SEED:
+        raise ApiError(
+            400, f"'seed' must be an integer from 0 to {MAX_SEED} (2^64 - 1).", param="seed"
+        )
     penalty = _get(body, "repetition_penalty", float, default=1.0)  # vLLM's and llama.cpp's name
     if not 0.0 < penalty <= 10.0:
         raise ApiError(

@@ -1,12 +1,15 @@
 """Settings → "Serve on localhost": the loaded model answers the real ``openai`` client while
-the window runs; the speed panel shows the request; the chat and its history are untouched."""
+the window runs; the speed panel shows the request; the chat and its history are untouched;
+web pages and foreign host names are refused as ``serve`` refuses them."""
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 from dataclasses import replace
 
+import httpx
 import openai
 
 from app.settings_dialog import SettingsDialog
@@ -53,6 +56,16 @@ def test_serving_from_the_window(qtbot, make_window, monkeypatch) -> None:
     assert reply.choices[0].message.content and reply.usage.completion_tokens >= 1
     qtbot.waitUntil(lambda: "Last reply" in win.panel.summary_label.text(), timeout=10000)
     assert win.conversation_id is None and win.conversations.list.count() == 0
+
+    url = f"http://127.0.0.1:{port}/v1/chat/completions"  # a page's text/plain POST, and parts
+    body = json.dumps({"model": reply.model, "messages": [{"role": "user", "content": "Hi"}]})
+    for headers, status in (
+        ({"Host": "evil.example", "Content-Type": "application/json"}, 403),
+        ({"Origin": "https://evil.example", "Content-Type": "application/json"}, 403),
+        ({"Content-Type": "text/plain"}, 415),
+    ):
+        refused = httpx.post(url, content=body, headers=headers, timeout=30)
+        assert refused.status_code == status and refused.json()["error"]["message"]
 
     taken = socket.socket()  # a port in use is said in the window, nothing crashes
     taken.bind(("127.0.0.1", 0))

@@ -99,6 +99,12 @@ def test_config_values_that_used_to_crash(model: Path, tmp_path: Path, change, n
     assert_one_line_error(*generate(folder, "--prompt", "hi")[::2], needle)
 
 
+@pytest.mark.parametrize("seed", ["-1", str(2**64)])
+def test_seeds_out_of_range_are_one_line(model: Path, seed: str) -> None:
+    """Issue #65: these ended in mx.random.key's TypeError."""
+    assert_one_line_error(*generate(model, "--prompt", "hi", "--seed", seed)[::2], "2^64 - 1")
+
+
 def test_safetensors_header_of_the_wrong_shape(model: Path, tmp_path: Path) -> None:
     folder = shutil.copytree(model, tmp_path / "m")
     raw = json.dumps({"w": {"dtype": "F32", "shape": 4}}).encode()

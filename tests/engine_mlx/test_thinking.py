@@ -50,7 +50,8 @@ def test_a_budget_ends_the_reasoning_at_the_same_token_in_every_mode(thinking_ta
     end = first.tokens.index(target.thinking.end)
     prompt_reasoning = ReasoningState(target.thinking)
     prompt_reasoning.advance(ids)
-    assert end == 6 - prompt_reasoning.count  # forced, unless the model ended it itself
+    assert prompt_reasoning.inside and prompt_reasoning.count >= 1  # the template's "\n"
+    assert end == 6  # six generated reasoning tokens: the template's newline is not one
     decode = target.tokenizer.decode
     reasoning = [t for t, p in zip(first.tokens, parts, strict=True) if p is Part.REASONING]
     answer = [t for t, p in zip(first.tokens, parts, strict=True) if p is Part.ANSWER]
@@ -144,6 +145,19 @@ def test_the_command_line_splits_reasoning_from_the_answer(thinking_target, caps
         )
         == 2
     )
+
+
+def test_generate_thinking_budget_counts_generated_reasoning_only(thinking_target, capsys):
+    """Issue #65: ``--thinking-budget 6`` on a template whose prompt ends in ``<think>\\n``
+    gave 5 reasoning tokens; llama.cpp's --reasoning-budget counts generated ones only."""
+    from engine_mlx.cli import main
+
+    target = thinking_target("qwen3", "qwen3_5")
+    args = ["generate", "--model", str(target.spec.path), "--max-tokens", "20", "--json"]
+    assert main([*args, "--prompt", "Explain speculative decoding.", "--thinking-budget", "6"]) == 0
+    last = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert last["tokens"].index(target.thinking.end) == 6
+    assert last["stats"]["segments"]["reasoning"]["tokens"] == 6
 
 
 @pytest.mark.parametrize("budget", [3, 4, 5, 6, 7])

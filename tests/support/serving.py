@@ -32,13 +32,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
-def serve_process(tiny_folder: Path) -> Iterator[str]:
-    """``python -m engine_mlx serve`` on the tiny model, started once; yields its base URL."""
+def start_serve(
+    folder: Path, *options: str, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen, str]:
+    """``python -m engine_mlx serve`` on ``folder`` with ``options``, once it answers; the
+    process and its base URL (the caller terminates it)."""
     port = free_port()
-    command = [sys.executable, "-m", "engine_mlx", "serve", "--model", str(tiny_folder)]
-    command += ["--port", str(port), "--mode", "ar", "--max-queue", "2"]
-    proc = subprocess.Popen(command, env=os.environ.copy(), stderr=subprocess.PIPE, text=True)
+    command = [sys.executable, "-m", "engine_mlx", "serve", "--model", str(folder)]
+    command += ["--port", str(port), "--mode", "ar", *options]
+    proc = subprocess.Popen(
+        command, env=env or os.environ.copy(), stderr=subprocess.PIPE, text=True
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     while True:
@@ -49,6 +53,13 @@ def serve_process(tiny_folder: Path) -> Iterator[str]:
                 break
         except httpx.TransportError:
             time.sleep(0.1)
+    return proc, url
+
+
+@pytest.fixture(scope="session")
+def serve_process(tiny_folder: Path) -> Iterator[str]:
+    """``python -m engine_mlx serve`` on the tiny model, started once; yields its base URL."""
+    proc, url = start_serve(tiny_folder, "--max-queue", "2")
     yield url
     proc.terminate()
     proc.wait(timeout=30)

@@ -12,7 +12,7 @@ import pytest
 
 from engine_mlx.config import GenerationConfig
 from engine_mlx.events import Finished, Tokens
-from engine_mlx.server.app import MAX_BODY_BYTES
+from engine_mlx.server.guard import MAX_BODY_BYTES
 from engine_mlx.server.runner import Job
 
 MESSAGES = [{"role": "user", "content": "Tell me about the quick brown fox."}]
@@ -135,7 +135,9 @@ def test_too_long_prompt_and_body(refusing_server) -> None:
     assert reply.status_code == 400
     assert reply.json()["error"]["code"] == "context_length_exceeded"
     huge = b'{"model": "x", "pad": "' + b"a" * MAX_BODY_BYTES + b'"}'
-    reply = httpx.post(running.url + "/v1/completions", content=huge)
+    reply = httpx.post(
+        running.url + "/v1/completions", content=huge, headers={"content-type": "application/json"}
+    )
     assert reply.status_code == 413
 
 
