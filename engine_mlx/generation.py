@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 import mlx.core as mx
 
 from engine_mlx.auto import Policy
+from engine_mlx.auto.looks import FREE_LOOKS
 from engine_mlx.backend import backend_info
 from engine_mlx.config import GenerationConfig
 from engine_mlx.decoding.acceptance import replay
@@ -255,7 +256,7 @@ class Generation:
         cues = {
             m: self._strategy(m).lookup_scores(root)  # type: ignore[attr-defined]
             for m in getattr(self.policy, "modes", ())
-            if m not in (Mode.AR, mode)
+            if m not in (Mode.AR, mode) and m not in FREE_LOOKS  # those are looked at anyway
         }
         looked: set[Mode] = set()
         spent = 0.0
