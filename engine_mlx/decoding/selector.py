@@ -25,6 +25,16 @@ from engine_mlx.kernels.launch import live_executor, record
 NGRAM_PRIOR = 0.5  # prior acceptance of a prompt-lookup token before any observation
 
 
+def lookup_prob(match: int | None) -> float:
+    """A prompt-lookup token's pseudo-probability, by the length of the match it follows:
+    its calibration bin, and its prior before any observation. One estimate for every
+    lookup token trusted code's two-token matches as much as a reply copying its prompt, and
+    auto's prompt-lookup steps verified drafts that failed on ordinary code answers."""
+    if match is None:
+        return NGRAM_PRIOR
+    return min(0.9, max(0.3, 0.15 * match))
+
+
 class AcceptanceCalibrator:
     """P(target accepts a candidate | source, depth, draft probability), learned online."""
 
@@ -158,11 +168,15 @@ def build_tree(
     tree = CandidateTree.rooted(root)
     if max_depth <= 0:
         return tree
+    # token -> [sub-trie, the longest match proposing it] at every level
     trie: dict = {}
     for path in ngram_paths or ():
-        level = trie
+        level, match = trie, getattr(path, "match", None)
         for token in path[:max_depth]:
-            level = level.setdefault(int(token), {})
+            entry = level.setdefault(int(token), [{}, match])
+            if match is not None and (entry[1] is None or match > entry[1]):
+                entry[1] = match
+            level = entry[0]
     budget = width * max_depth
     heap: list[tuple[float, int, int, int, float, str, dict | None]] = []
     counter = 0
@@ -188,13 +202,14 @@ def build_tree(
                     a = calibrator.estimate(block_source, depth, prob)
                 if block.transitions is not None:
                     a = ceiling = min(a, ceiling)
-                sub = level.get(token) if level else None
+                entry = level.get(token) if level else None
                 if a > children.get(token, (-1.0,))[0]:
-                    children[token] = (a, prob, block_source, sub)
-        for token, sub in (level or {}).items():
-            a = calibrator.estimate("ngram", depth, NGRAM_PRIOR)
+                    children[token] = (a, prob, block_source, entry[0] if entry else None)
+        for token, (sub, match) in (level or {}).items():
+            prob = lookup_prob(match)
+            a = calibrator.estimate("ngram", depth, prob)
             if a > children.get(token, (-1.0,))[0]:
-                children[token] = (a, NGRAM_PRIOR, "ngram", sub)
+                children[token] = (a, prob, "ngram", sub)
         for token, (a, prob, source, sub) in _exclusive(children).items():
             heapq.heappush(heap, (-score * a, counter, node, token, prob, source, sub))
             counter += 1
