@@ -1,9 +1,12 @@
 """The one place where engine events become Qt signals.
 
 The worker lives on its own QThread: loading models and generating (all MLX work) happen
-there, never on the GUI thread. Token events are coalesced to about 30 updates per second so
-rendering cannot slow decoding. Stopping is a ``threading.Event`` set directly from the GUI
-thread, because the worker's event loop is busy while it generates.
+there, never on the GUI thread. Per token it does what the CLI does and no more: it appends
+the step's text to a list and, about 30 times a second, emits it. Its signals reach the window
+queued (the window lives on the GUI thread), so emitting never waits for the window to draw;
+the window paces its drawing on its own (``stream_pacer``). Stopping is a
+``threading.Event`` set directly from the GUI thread, because the worker's event loop is
+busy while it generates.
 """
 
 from __future__ import annotations
@@ -207,6 +210,7 @@ class EngineWorker(QObject):
             policy="threshold" if threshold > 0 else "expected",
             auto_threshold=threshold or 4096,
             loop_guard=bool(settings.get("loop_guard", False)),
+            ignore_eos=bool(settings.get("ignore_eos", False)),  # benchmarks: a set length
             thinking_budget=int(settings["thinking_budget"]) or None
             if settings.get("thinking_budget")
             else None,

@@ -1,7 +1,8 @@
 """FlashChat's main window: conversations | chat | live speed panel.
 
 The window owns the conversation store (GUI thread) and talks to the engine only through the
-worker on its QThread: requests go out as queued signals, results come back as signals.
+worker on its QThread: requests go out as queued signals, results come back as queued signals
+(neither thread waits for the other); the reply streams in through a ``StreamPacer``.
 Its parts: the composer (``widgets.composer``), model drops (``model_drops``), the library
 and first run (``library_controls``), the local server (``serving_controls``), shortcuts and
 menus (``window_keys``).
@@ -15,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, QThread, QTimer, Signal, Slot
+from PySide6.QtCore import QByteArray, QSignalBlocker, QThread, QTimer, Signal, Slot
 from PySide6.QtGui import QCloseEvent, QIcon
 from PySide6.QtWidgets import QMainWindow, QMessageBox
 
@@ -34,6 +35,7 @@ from app.serving_controls import ServingControls
 from app.settings import save_settings
 from app.settings_dialog import SettingsDialog
 from app.storage import ConversationStore, StorageError
+from app.stream_pacer import StreamPacer
 from app.widgets.banners import ErrorBanner, StorageBanner
 from app.widgets.chat_view import ChatView
 from app.widgets.composer import Composer
@@ -189,7 +191,8 @@ class MainWindow(QMainWindow):
         self.request_generate.connect(self.worker.generate)
         self.worker.model_loaded.connect(self._on_loaded)
         self.worker.started.connect(self._on_started)
-        self.worker.segments.connect(self._on_segments)
+        self.pacer = StreamPacer(self._show_update, parent=self)  # keeps; draws when due
+        self.worker.segments.connect(self.pacer.push)
         self.worker.mode_switched.connect(self.panel.show_mode_switch)
         self.worker.finished.connect(self._on_finished)
         self.worker.error.connect(self._on_error)
@@ -235,9 +238,8 @@ class MainWindow(QMainWindow):
         self.conversations.list.setCurrentItem(None)
         self.chat.clear()
         self._update_context(0)
-        self.think_box.blockSignals(True)
-        self.think_box.setChecked(self.settings.think)
-        self.think_box.blockSignals(False)
+        with QSignalBlocker(self.think_box):
+            self.think_box.setChecked(self.settings.think)
         self.prompt_edit.setFocus()
 
     @Slot(int)
@@ -254,9 +256,8 @@ class MainWindow(QMainWindow):
                 if msg.role != "system":
                     self.chat.add_message(msg.role, msg.content, msg.id, msg.stats, msg.reasoning)
             think = self.store.think(conversation_id)
-            self.think_box.blockSignals(True)
-            self.think_box.setChecked(self.settings.think if think is None else think)
-            self.think_box.blockSignals(False)
+            with QSignalBlocker(self.think_box):
+                self.think_box.setChecked(self.settings.think if think is None else think)
             last = next((m.stats for m in reversed(messages) if m.stats), None)
             self._update_context(int(last.get("context_depth", 0)) if last else 0)
 
@@ -432,8 +433,8 @@ class MainWindow(QMainWindow):
         self.panel.generation_started(event.prompt_tokens, event.mode)
         self._update_context(event.prompt_tokens)
 
-    @Slot(object)
-    def _on_segments(self, update: LiveUpdate) -> None:
+    def _show_update(self, update: LiveUpdate) -> None:
+        """What the pacer flushes: the text so far into the view, the numbers into the panel."""
         self.chat.append_reasoning(update.reasoning)
         self.chat.append_assistant(list(update.segments))
         with self._storage():
@@ -444,10 +445,11 @@ class MainWindow(QMainWindow):
             self.panel.update_live(
                 step.live_tps, step.context_depth, step.tau, step.acceptance_rate, step.step.mode
             )
-            self._update_context(step.context_depth)
+            self.composer.update_context(step.context_depth, self.max_context, live=True)
 
     @Slot(object)
     def _on_finished(self, event: Finished) -> None:
+        self.pacer.flush()  # the last text reaches the view and the keeper first
         self.generating = False
         stats = self.keeper.final_stats({**event.stats.to_json(), "reason": event.reason})
         message_id = self.keeper.message_id or -1
@@ -467,6 +469,7 @@ class MainWindow(QMainWindow):
         self.statusBar().showMessage(text or self._backend_summary)
 
     def _on_error(self, message: str) -> None:
+        self.pacer.flush()
         self.error_label.show_message(message)
         if self.generating:  # what was kept of the reply stays, marked interrupted
             self.generating = False

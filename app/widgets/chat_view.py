@@ -1,11 +1,14 @@
 """The chat transcript: finished messages, the reply streaming in, and their action links.
 
 One ``QTextBrowser`` holds the whole transcript as rich text. Each finished message's HTML is
-rendered once and cached; the streaming reply is the document's tail, and an update replaces
-only that tail through a ``QTextCursor`` (one edit block, so one relayout of that message).
-That was chosen over a scroll area of per-message browsers because a single document gives
-selection across messages, one scroll bar, and no height-for-width juggling, while streaming
-cost stays proportional to the streaming message alone.
+rendered once and cached; the streaming reply is the document's tail, a ``LiveRegion`` frame
+whose finished Markdown blocks stay put while the open block is replaced (``LiveReply``
+renders each finished block once), so an update costs what changed, not the reply so far.
+When the reply finishes, the frame is swapped for the message's full render, the same HTML
+as a reopened chat shows. One document was chosen over a scroll area of per-message browsers
+because it gives selection across messages, one scroll bar, and no height-for-width juggling.
+
+The view renders when it is told to; pacing the updates to the eye is ``StreamPacer``'s job.
 
 Action links use the ``flashchat:`` URL scheme (``flashchat:copy/<msg>``,
 ``flashchat:code/<msg>/<block>``, ``flashchat:regenerate/<msg>``, ``flashchat:edit/<msg>``);
@@ -18,11 +21,13 @@ import html
 import time
 from dataclasses import dataclass, field
 
-from PySide6.QtCore import QEvent, QTimer, QUrl, Signal, Slot
+from PySide6.QtCore import QEvent, QUrl, Signal, Slot
 from PySide6.QtGui import QDesktopServices, QTextCursor
 from PySide6.QtWidgets import QApplication, QTextBrowser, QVBoxLayout, QWidget
 
 from app.stats_line import format_stats
+from app.widgets.live_region import LiveRegion
+from app.widgets.live_reply import LiveReply
 from app.widgets.markdown_render import Theme, code_blocks, render_markdown
 
 SCHEME = "flashchat"
@@ -49,10 +54,8 @@ LIVE = "live"
 
 # How close to the bottom (in pixels) still counts as "following" the stream.
 _FOLLOW_SLACK = 8
-# A live re-render slower than this (a very long reply) makes the next one wait as long again,
-# so the UI thread never spends more than about half its time re-rendering the stream.
-_SLOW_RENDER_S = 0.016
-_MESSAGE_GAP = "margin-top:0px; margin-bottom:10px;"
+_GAP_PX = 10  # between messages
+_MESSAGE_GAP = f"margin-top:0px; margin-bottom:{_GAP_PX}px;"
 
 
 @dataclass
@@ -101,10 +104,9 @@ class ChatView(QWidget):
         self._tail_start = 0  # document position where the streaming message begins
         self._colour_draft = False
         self._theme = Theme.from_palette(self.palette())
-        self._next_render = 0.0  # time.monotonic() before which a live re-render is deferred
-        self._render_timer = QTimer(self)
-        self._render_timer.setSingleShot(True)
-        self._render_timer.timeout.connect(self._render_live)
+        self._region: LiveRegion | None = None  # the streaming reply in the document
+        self._reply: LiveReply | None = None  # its body, block by block
+        self.redraws = 0  # live re-renders so far (the pacing tests and the benchmark read it)
 
     # --- public API -------------------------------------------------------------------------
 
@@ -113,7 +115,7 @@ class ChatView(QWidget):
         self._messages.clear()
         self._by_id.clear()
         self._live = None
-        self._render_timer.stop()
+        self._region = self._reply = None
         self.browser.clear()
         self._tail_start = 0
 
@@ -140,9 +142,7 @@ class ChatView(QWidget):
     def start_assistant(self) -> None:
         """Begin a streaming reply at the bottom (dropping any unfinished one)."""
         self._live = _Message("assistant")
-        self._render_timer.stop()
-        self._next_render = 0.0
-        self._replace_tail(self._live_html(), follow=True)
+        self._start_region(follow=True)
 
     def append_assistant(self, segments: list[tuple[str, bool]]) -> None:
         """Add streamed text; ``True`` marks text from speculatively accepted draft tokens."""
@@ -155,13 +155,7 @@ class ChatView(QWidget):
         for text, from_draft in segments:
             live.text += text
             live.draft.extend(b"\x01" * len(text) if from_draft else bytes(len(text)))
-        if self._render_timer.isActive():
-            return  # a deferred re-render is due and will include this text
-        wait = self._next_render - time.monotonic()
-        if wait > 0:
-            self._render_timer.start(max(1, round(wait * 1000)))
-        else:
-            self._render_live()
+        self._render_live()
 
     def append_reasoning(self, text: str) -> None:
         """Add streamed reasoning: shown open while the model thinks, closed once it answers."""
@@ -174,8 +168,7 @@ class ChatView(QWidget):
         if live.thinking_since is None:
             live.thinking_since = time.monotonic()
         live.reasoning += text
-        if not self._render_timer.isActive():
-            self._render_live()
+        self._render_live()
 
     def finish_assistant(
         self, message_id: int, stats: dict | None, reason: str, reasoning: str | None = None
@@ -186,11 +179,11 @@ class ChatView(QWidget):
             self.start_assistant()
         message = self._live
         assert message is not None
-        self._render_timer.stop()
         message.message_id, message.stats, message.reason = message_id, stats, reason
         if reasoning is not None:
             message.reasoning = reasoning
         self._live = None
+        self._region = self._reply = None
         self._messages.append(message)
         self._by_id[message_id] = message
         self._replace_tail(self._finished_html(message), follow=self._at_bottom())
@@ -225,32 +218,62 @@ class ChatView(QWidget):
     def _finished_html(self, message: _Message) -> str:
         """A finished message's HTML, cached until the theme or draft colouring changes."""
         if not message.html:
-            message.html = self._message_html(message, live=False)
+            message.html = self._message_html(message)
         return message.html
+
+    def _start_region(self, follow: bool) -> None:
+        """Put an empty frame for the streaming reply at the end and render into it."""
+        self._replace_tail("", follow)
+        theme = self._theme
+        self._region = LiveRegion(self.browser.document(), self._end(), theme.assistant_bg, _GAP_PX)
+        self._reply = LiveReply(theme, self._colour_draft, f"{SCHEME}:code/{LIVE}/")
+        self._render_live()
+        if follow:
+            bar = self.browser.verticalScrollBar()
+            bar.setValue(bar.maximum())
 
     @Slot()
     def _render_live(self) -> None:
-        """Re-render the streaming message; a slow render pushes the next one back."""
-        if self._live is None:
+        """Bring the streaming reply's frame up to date: only what changed is re-inserted."""
+        if self._live is None or self._region is None:
             return
-        started = time.monotonic()
-        self._replace_tail(self._live_html(), follow=self._at_bottom())
-        spent = time.monotonic() - started
-        self._next_render = time.monotonic() + (spent if spent > _SLOW_RENDER_S else 0.0)
+        bar = self.browser.verticalScrollBar()
+        follow, keep = self._at_bottom(), bar.value()
+        self._region.show(self._live_pieces())
+        self.redraws += 1
+        bar.setValue(bar.maximum() if follow else keep)
 
-    def _live_html(self) -> str:
-        """The streaming message's HTML, rebuilt on every update (never cached)."""
-        return self._message_html(self._live, live=True) if self._live is not None else ""
+    def _live_pieces(self) -> list[str]:
+        """The streaming reply as the frame's pieces: label, reasoning, body blocks, footer."""
+        message, theme = self._live, self._theme
+        assert message is not None and self._reply is not None
+        pieces = [self._head_html(message.role)]
+        if message.reasoning:
+            pieces.append(self._reasoning_html(message, LIVE, live=True))
+        if message.text:
+            pieces += self._reply.pieces(message.text, message.draft)
+        else:
+            pieces.append(
+                f'<p style="margin-top:0px; margin-bottom:0px;"><span style="color:{theme.muted};">'
+                "…</span></p>"
+            )
+        note = "thinking…" if self._thinking(message) else "generating…"
+        pieces.append(self._footer(note, []))
+        return pieces
 
-    def _message_html(self, message: _Message, live: bool) -> str:
-        """One message as a shaded table: role label, body, then its footer line."""
-        theme = self._theme
-        key = LIVE if live else str(message.message_id)
-        label = html.escape(ROLE_LABELS.get(message.role, message.role.title()))
-        head = (
+    def _head_html(self, role: str) -> str:
+        """The small role label at the top of a message."""
+        label = html.escape(ROLE_LABELS.get(role, role.title()))
+        return (
             f'<p style="margin-top:0px; margin-bottom:4px;"><span style="font-size:small; '
-            f'font-weight:700; color:{theme.muted};">{label}</span></p>'
+            f'font-weight:700; color:{self._theme.muted};">{label}</span></p>'
         )
+
+    def _message_html(self, message: _Message) -> str:
+        """A finished message as a shaded table: role label, body, then its footer line."""
+        theme = self._theme
+        key = str(message.message_id)
+        head = self._head_html(message.role)
         if message.role == "user":
             text = html.escape(message.text).replace("\n", "<br />")
             body = f'<p style="margin-top:0px; margin-bottom:0px; white-space:pre-wrap;">{text}</p>'
@@ -269,17 +292,15 @@ class ChatView(QWidget):
         )
         if message.text:
             href = f"{SCHEME}:code/{key}/"
-            body = render_markdown(message.text, theme, mask, href, streaming=live).html
+            body = render_markdown(message.text, theme, mask, href).html
         else:
             body = (
                 f'<p style="margin-top:0px; margin-bottom:0px;"><span style="color:{theme.muted};">'
-                f"{'…' if live else '(no reply)'}</span></p>"
+                "(no reply)</span></p>"
             )
         if message.reasoning:
-            body = self._reasoning_html(message, key, live) + body
-        if live:
-            footer = self._footer("thinking…" if self._thinking(message) else "generating…", [])
-        elif message.role == "assistant":
+            body = self._reasoning_html(message, key, live=False) + body
+        if message.role == "assistant":
             links = [("Copy", f"copy/{key}"), ("Regenerate", f"regenerate/{key}")]
             if message.reasoning:
                 links.insert(1, ("Copy with reasoning", f"copyall/{key}"))
@@ -369,7 +390,7 @@ class ChatView(QWidget):
         self.browser.setHtml("".join(self._finished_html(m) for m in self._messages))
         self._tail_start = self._end()
         if self._live is not None:
-            self._replace_tail(self._live_html(), follow=follow)
+            self._start_region(follow)
         bar = self.browser.verticalScrollBar()
         bar.setValue(bar.maximum() if follow else keep)
 
@@ -429,7 +450,7 @@ class ChatView(QWidget):
         message.expanded = not shown
         message.html = ""
         if live:
-            self._render_live()
+            self._render_live()  # the reasoning piece changed: it and the pieces after it
         else:
             self._rebuild()
 

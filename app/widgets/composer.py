@@ -3,6 +3,8 @@ controls (Think, Settings…, Stop, Send). The window connects their signals."""
 
 from __future__ import annotations
 
+import time
+
 from PySide6.QtWidgets import (
     QCheckBox,
     QHBoxLayout,
@@ -15,6 +17,10 @@ from PySide6.QtWidgets import (
 )
 
 CONTEXT_WARNING = 0.9  # warn when the conversation fills this share of the context
+# While a reply streams the meter follows at most this often: Qt repaints a progress bar at
+# once on every new value (~5 ms each on a 2-core machine), and the speed panel already
+# shows the depth live.
+LIVE_METER_S = 0.5
 
 
 class Composer(QWidget):
@@ -31,6 +37,7 @@ class Composer(QWidget):
         self.context_meter.setAccessibleName("Context used")
         self.context_meter.setTextVisible(True)
         self.context_meter.setFormat("context –")
+        self._meter_at = 0.0  # time.monotonic() of the last live update of the meter
         self.send_button = self._button("Send")
         self.send_button.setDefault(True)
         self.stop_button = self._button("Stop")
@@ -61,11 +68,18 @@ class Composer(QWidget):
         button.setEnabled(False)
         return button
 
-    def update_context(self, depth: int, max_context: int) -> None:
-        """The meter at ``depth`` of ``max_context`` tokens, and the warning near the end."""
+    def update_context(self, depth: int, max_context: int, live: bool = False) -> None:
+        """The meter at ``depth`` of ``max_context`` tokens, and the warning near the end;
+        ``live`` (a reply streaming) updates are skipped within ``LIVE_METER_S`` of the last."""
         if max_context <= 0:
             return
-        self.context_meter.setRange(0, max_context)
+        if live:
+            now = time.monotonic()
+            if now - self._meter_at < LIVE_METER_S:
+                return
+            self._meter_at = now
+        if self.context_meter.maximum() != max_context:
+            self.context_meter.setRange(0, max_context)
         self.context_meter.setValue(min(depth, max_context))
         self.context_meter.setFormat(f"context {depth:,} / {max_context:,}")
         share = depth / max_context

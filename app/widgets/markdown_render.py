@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import html
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -25,6 +26,10 @@ from pygments.token import Token
 from pygments.util import ClassNotFound
 from PySide6.QtGui import QColor, QFontDatabase, QPalette, QTextDocument
 
+from app.widgets.markdown_blocks import Part, code_blocks, split_blocks, split_fences
+
+__all__ = ["Part", "Rendered", "Theme", "code_blocks", "render_markdown", "split_fences"]
+
 LIGHT_CODE_STYLE = "default"
 DARK_CODE_STYLE = "monokai"
 
@@ -32,7 +37,6 @@ DARK_CODE_STYLE = "monokai"
 # emphasis markers) sits between rendered characters, but rarely more than this much of it.
 _ALIGN_WINDOW = 256
 
-_FENCE_OPEN = re.compile(r"^([ \t]*)(`{3,}|~{3,})[ \t]*([^\s`]*)[^`\n]*$")
 _TAG_OR_TEXT = re.compile(r"(<[^>]*>)|([^<]+)")
 _WHITESPACE = re.compile(r"\s")
 _LINK_SPAN_COLOUR = re.compile(r'(<a href="[^"]*"><span style="[^"]*?) ?color:#[0-9a-fA-F]{6};')
@@ -109,66 +113,19 @@ class Theme:
         )
 
 
-@dataclass(frozen=True)
-class Part:
-    """A run of the source: Markdown prose, or one fenced code block."""
+@dataclass
+class RenderWork:
+    """What rendering cost, in deterministic units (tests hold streaming to these, not to
+    wall time): Markdown conversions and pygments runs, and the characters each handled."""
 
-    kind: str  # "markdown" or "code"
-    text: str  # prose verbatim; code with the fence's indentation removed
-    offsets: Sequence[int]  # source index of each character of ``text``
-    lang: str = ""
-    closed: bool = True
-
-
-def split_fences(source: str) -> list[Part]:
-    """Cut ``source`` at fenced code blocks; an unclosed fence runs to the end (mid-stream)."""
-    parts: list[Part] = []
-    lines = source.splitlines(keepends=True)
-    prose_start = 0
-    pos = 0
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        opened = _FENCE_OPEN.match(line.rstrip("\r\n"))
-        if opened is None:
-            pos += len(line)
-            i += 1
-            continue
-        if pos > prose_start:
-            parts.append(Part("markdown", source[prose_start:pos], range(prose_start, pos)))
-        indent, fence, lang = len(opened.group(1)), opened.group(2), opened.group(3)
-        closer = re.compile(rf"^[ \t]*{re.escape(fence[0])}{{{len(fence)},}}[ \t]*$")
-        pos += len(line)
-        i += 1
-        chunks: list[str] = []
-        offsets: list[int] = []
-        closed = False
-        while i < len(lines):
-            line = lines[i]
-            if closer.match(line.rstrip("\r\n")):
-                closed = True
-                pos += len(line)
-                i += 1
-                break
-            cut = min(len(line) - len(line.lstrip(" \t")), indent)
-            chunks.append(line[cut:])
-            offsets.extend(range(pos + cut, pos + len(line)))
-            pos += len(line)
-            i += 1
-        code = "".join(chunks)
-        if code.endswith("\n"):  # the newline before the closing fence is not part of the code
-            code = code[:-1]
-            offsets.pop()
-        parts.append(Part("code", code, offsets, lang=lang.lower(), closed=closed))
-        prose_start = pos
-    if len(source) > prose_start:
-        parts.append(Part("markdown", source[prose_start:], range(prose_start, len(source))))
-    return parts
+    markdown_calls: int = 0
+    markdown_chars: int = 0
+    lex_calls: int = 0
+    lexed_chars: int = 0
+    blocks: int = 0  # blocks rendered (cache misses)
 
 
-def code_blocks(source: str) -> list[str]:
-    """The fenced code blocks of a message, exactly as a "Copy" link should copy them."""
-    return [part.text for part in split_fences(source) if part.kind == "code"]
+WORK = RenderWork()
 
 
 @dataclass(frozen=True)
@@ -177,6 +134,18 @@ class Rendered:
 
     html: str
     code_blocks: list[str]
+
+
+def block_mask(part: Part, draft_mask: Sequence[int] | None) -> bytes | None:
+    """The block's slice of a per-character draft mask; None when none of it is drafted."""
+    if draft_mask is None:
+        return None
+    offsets = part.offsets
+    if isinstance(offsets, range) and isinstance(draft_mask, bytes | bytearray):
+        mask = bytes(draft_mask[offsets.start : offsets.stop])
+    else:
+        mask = bytes(1 if draft_mask[k] else 0 for k in offsets)
+    return mask if any(mask) else None
 
 
 def render_markdown(
@@ -189,36 +158,71 @@ def render_markdown(
     """Render ``source``; characters whose ``draft_mask`` entry is true get the draft tint.
 
     ``code_href`` is the prefix of each code block's copy link; the block's index is appended.
-    ``streaming`` says ``source`` is a reply still growing, so its open code block is lexed
-    incrementally.
+    ``streaming`` says ``source`` is a reply still growing: its open code block is lexed
+    incrementally and its last block is not cached. The HTML is the blocks' HTML joined, so a
+    reply rendered block by block as it streamed (``live_reply``) ends up the same.
     """
-    tint = draft_mask is not None and any(draft_mask)
     out: list[str] = []
     blocks: list[str] = []
-    parts = split_fences(source)
+    parts = split_blocks(source)
     for part in parts:
-        mask = [draft_mask[k] for k in part.offsets] if tint and draft_mask else None
+        href = f"{code_href}{len(blocks)}" if part.kind == "code" else ""
+        live = streaming and part is parts[-1]
+        out.append(render_block(part, theme, block_mask(part, draft_mask), href, live))
         if part.kind == "code":
-            live = streaming and not part.closed
-            out.append(_code_block_html(part, theme, mask, f"{code_href}{len(blocks)}", live))
             blocks.append(part.text)
-            continue
-        if not part.text.strip():
-            continue
-        # The growing tail of a live reply would only churn the cache.
-        to_html = (
-            _qt_markdown_body.__wrapped__ if streaming and part is parts[-1] else _qt_markdown_body
-        )
-        body = _style_prose(to_html(part.text), theme)
-        if mask is not None and any(mask):
-            body = tint_prose(body, part.text, mask, theme.draft_bg)
-        out.append(body)
     return Rendered("".join(out), blocks)
+
+
+def render_block(part: Part, theme: Theme, mask: bytes | None, href: str, live: bool) -> str:
+    """One block's HTML; a finished block (``live`` false) comes from a cache keyed by its
+    text, so a message re-rendered (finished, a theme change) converts only what is new."""
+    if live:
+        return _block_html(part.kind, part.text, part.lang, part.closed, theme, mask, href, True)
+    return _cached_block_html(part.kind, part.text, part.lang, part.closed, theme, mask, href)
+
+
+def _block_html(
+    kind: str,
+    text: str,
+    lang: str,
+    closed: bool,
+    theme: Theme,
+    mask: bytes | None,
+    href: str,
+    live: bool,
+) -> str:
+    WORK.blocks += 1
+    if kind == "code":
+        part = Part("code", text, range(len(text)), lang, closed)
+        return _code_block_html(part, theme, mask, href, live and not closed)
+    if not text.strip():
+        return ""
+    # The growing tail of a live reply would only churn the cache.
+    body = _style_prose((_qt_markdown_body.__wrapped__ if live else _qt_markdown_body)(text), theme)
+    if mask is not None:
+        body = tint_prose(body, text, mask, theme.draft_bg)
+    return body
+
+
+@lru_cache(maxsize=1024)
+def _cached_block_html(
+    kind: str,
+    text: str,
+    lang: str,
+    closed: bool,
+    theme: Theme,
+    mask: bytes | None,
+    href: str,
+) -> str:
+    return _block_html(kind, text, lang, closed, theme, mask, href, False)
 
 
 @lru_cache(maxsize=512)
 def _qt_markdown_body(text: str) -> str:
     """Qt's HTML for Markdown prose, inner ``<body>`` only; cached since finished prose repeats."""
+    WORK.markdown_calls += 1
+    WORK.markdown_chars += len(text)
     doc = QTextDocument()
     doc.setMarkdown(text, QTextDocument.MarkdownFeature.MarkdownDialectGitHub)
     full = doc.toHtml()
@@ -343,14 +347,19 @@ def _tokens(code: str, lang: str) -> Tokens:
     lexer = _lexer(lang)
     if lexer is None:
         return ((Token.Text, code),)
+    WORK.lex_calls += 1
+    WORK.lexed_chars += len(code)
     tokens = tuple(lexer.get_tokens(code))
     if "".join(value for _, value in tokens) != code:  # a lexer that rewrote the text
         return ((Token.Text, code),)
     return tokens
 
 
-# The code block still streaming in, per language: its text and tokens when last lexed.
-_streaming_memo: dict[str, tuple[str, Tokens]] = {}
+# The code block still streaming in, per language: its text, its tokens and when it was lexed.
+_streaming_memo: dict[str, tuple[str, Tokens, float]] = {}
+# The open block is lexed at most this often; text that arrives between shows uncoloured.
+LEX_EVERY_S = 0.25
+clock = time.monotonic  # replaced by tests that drive the lexing pace by hand
 
 
 def _stream_tokens(code: str, lang: str) -> Tokens:
@@ -359,20 +368,27 @@ def _stream_tokens(code: str, lang: str) -> Tokens:
     Re-lexing the whole block on every update would make a long block cost more each frame.
     A line start is safe when the token ending the previous line is not inside a string or
     comment, i.e. the lexer is (almost surely) back in its initial state; a rare miss only
-    mis-colours the live block until it finishes, when it is lexed whole.
+    mis-colours the live block until it finishes, when it is lexed whole. Within
+    ``LEX_EVERY_S`` of the last lexing, new text is shown as plain text after the last tokens.
     """
     lexer = _lexer(lang)
     if lexer is None:
         return ((Token.Text, code),)
     keep, offset = 0, 0
+    now = clock()
     memo = _streaming_memo.get(lang)
     if memo is not None and code.startswith(memo[0]):
+        if now - memo[2] < LEX_EVERY_S:
+            rest = code[len(memo[0]) :]
+            return memo[1] + ((Token.Text, rest),) if rest else memo[1]
         keep, offset = _safe_restart(memo[0], memo[1])
+    WORK.lex_calls += 1
+    WORK.lexed_chars += len(code) - offset
     tail = tuple(lexer.get_tokens(code[offset:]))
     if "".join(value for _, value in tail) != code[offset:]:
         return ((Token.Text, code),)
     tokens = memo[1][:keep] + tail if memo is not None and keep else tail
-    _streaming_memo[lang] = (code, tokens)
+    _streaming_memo[lang] = (code, tokens, now)
     return tokens
 
 

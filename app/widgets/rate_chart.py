@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from PySide6.QtCore import QPointF, QRectF, QSize, Qt
+from PySide6.QtCore import QPointF, QRectF, QSize, Qt, QTimer
 from PySide6.QtGui import (
     QColor,
     QFont,
@@ -21,6 +21,9 @@ from PySide6.QtWidgets import QSizePolicy, QWidget
 
 WINDOW_S = 30.0  # the chart shows this much wall-clock history
 COALESCE_S = 0.02  # updates closer than this (a burst of commits) become one chart point
+# New points are drawn at most this often: the line moves 4 times a second, and each redraw
+# (~10 ms on a busy 2-core machine) is GUI time taken from decoding.
+REPAINT_S = 0.25
 MARKER = QColor(168, 98, 222)  # mid lightness: reads on light and dark backgrounds alike
 
 
@@ -62,6 +65,10 @@ class RateChart(QWidget):
         )
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         self.setFixedHeight(150)
+        self.repaint_timer = QTimer(self)  # paces the redraws that new points ask for
+        self.repaint_timer.setSingleShot(True)
+        self.repaint_timer.setInterval(round(REPAINT_S * 1000))
+        self.repaint_timer.timeout.connect(self.update)
 
     # --- data -------------------------------------------------------------------------------
 
@@ -88,7 +95,8 @@ class RateChart(QWidget):
             series.points.append((now, rate))
             series.merged = 1
         self._prune()
-        self.update()
+        if not self.repaint_timer.isActive():
+            self.repaint_timer.start()
 
     def add_marker(self, now: float, label: str) -> None:
         """A vertical line where the mode switched, labelled with the new mode."""
@@ -232,7 +240,7 @@ class RateChart(QWidget):
             pen.setCapStyle(Qt.PenCapStyle.RoundCap)
             painter.setPen(pen)
             painter.setBrush(Qt.BrushStyle.NoBrush)
-            pts = [to_point(t, v) for t, v in series.points]
+            pts = _one_per_pixel([to_point(t, v) for t, v in series.points])
             if len(pts) == 1:
                 painter.setBrush(colour)
                 painter.drawEllipse(pts[0], 2.0, 2.0)
@@ -274,6 +282,16 @@ class RateChart(QWidget):
     @staticmethod
     def _tick_label(value: float, step: float) -> str:
         return f"{value:.0f}" if step >= 1 else f"{value:.1f}"
+
+
+def _one_per_pixel(points: list[QPointF]) -> list[QPointF]:
+    """Drop points less than a pixel right of the last one kept (the newest always stays):
+    30 s of 25 updates a second is far more points than the plot has pixels."""
+    kept = points[:1]
+    for point in points[1:-1]:
+        if point.x() - kept[-1].x() >= 1.0:
+            kept.append(point)
+    return kept + points[-1:] if len(points) > 1 else kept
 
 
 def merge_close_markers(

@@ -102,7 +102,7 @@ def test_panel_follows_a_scripted_event_sequence(qtbot, make_window):
     win.worker.segments.emit(
         LiveUpdate((("!", False),), _step(Mode.MTP, tps=23.0, depth=140, tau=2.1, acceptance=0.6))
     )
-    qtbot.wait(10)
+    qtbot.waitUntil(lambda: not win.pacer.pending, timeout=2000)  # the paced flush
     assert win.panel.mode_label.text() == "MTP"
     assert win.panel.tau_label.text() == "2.10" and win.panel.acceptance_label.text() == "60%"
     assert any(reason in label.text() for label in win.panel.findChildren(QLabel))

@@ -13,7 +13,6 @@ from PySide6.QtGui import QColor, QPalette, QTextCursor
 from PySide6.QtWidgets import QApplication
 
 from app.stats_line import format_stats
-from app.widgets import chat_view
 from app.widgets.chat_view import ChatView
 from app.widgets.markdown_render import split_fences
 
@@ -30,10 +29,7 @@ PYGMENTS_COLOUR = re.compile(r'<span style="[^"]*color:#[0-9a-f]{6}')
 
 
 @pytest.fixture
-def view(qtbot, monkeypatch: pytest.MonkeyPatch) -> ChatView:
-    # Never defer a live re-render (a loaded test machine could look "slow"); one test below
-    # covers deferral on purpose.
-    monkeypatch.setattr(chat_view, "_SLOW_RENDER_S", float("inf"))
+def view(qtbot) -> ChatView:
     widget = ChatView()
     qtbot.addWidget(widget)
     widget.resize(800, 600)
@@ -293,19 +289,6 @@ def test_palette_switch_re_renders_existing_messages(qtbot, view: ChatView) -> N
         assert "Hello" in view.browser.toPlainText() and view.streaming_text() == "Still going"
     finally:
         app.setPalette(old)
-
-
-def test_slow_renders_are_deferred_not_dropped(qtbot, view: ChatView, monkeypatch) -> None:
-    monkeypatch.setattr(chat_view, "_SLOW_RENDER_S", 0.0)  # every render counts as slow
-    view.start_assistant()
-    view.append_assistant([("one ", False)])
-    view.append_assistant([("two ", False)])
-    view.append_assistant([("three", False)])
-    assert view.streaming_text() == "one two three"
-    qtbot.waitUntil(lambda: "one two three" in view.browser.toPlainText(), timeout=2000)
-    view.append_assistant([(" four", False)])
-    view.finish_assistant(1, None, "eos")  # finishing renders at once
-    assert "one two three four" in view.browser.toPlainText()
 
 
 def dark_palette() -> QPalette:
