@@ -147,8 +147,9 @@ def _reason(
     mode: Mode, rate: LengthPlan, depth: int, other_mode: Mode | None, other: LengthPlan | None
 ) -> str:
     verified = rate.nodes + 1
+    drafted = "" if mode is Mode.AR else f", {verified} token{'s' * (verified != 1)} verified"
     text = (
-        f"{mode.label}, {verified} token{'s' * (verified != 1)} verified: "
+        f"{mode.label}{drafted}: "
         f"expects {rate.expected_tokens:.1f} tok/step at {rate.predicted_s * 1000:.0f} ms"
     )
     if other is not None and other_mode is not None:

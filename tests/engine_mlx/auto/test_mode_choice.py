@@ -67,7 +67,7 @@ def test_back_to_plain_needs_no_margin_and_counts_a_defeat():
     state.steps_since_join = SETTLE_STEPS  # settled
     ran = _times_plain(0.98)  # 2% behind plain: well inside the 10% margin
     left = choice.choose({Mode.AR: PLAIN, Mode.DFLASH2: ran}, 0, Mode.DFLASH2)
-    assert left.mode is Mode.AR and left.reason
+    assert left.mode is Mode.AR and left.reason.startswith("Plain: expects 1.0 tok/step")
     assert state.defeats == 1 and state.look == ran  # its look is now what it did
 
 
