@@ -84,7 +84,8 @@ def _context(tree: CandidateTree, sampler: Sampler) -> tuple[mx.array | None, li
 
 def accept(tree: CandidateTree, logits: mx.array, sampler: Sampler) -> Acceptance:
     """The target's picks for every node of ``tree`` (logits [N, V] from its verification)
-    and the walk. Sampled picks are drawn from ``node_logprobs``; greedy ones are its argmax.
+    and the walk. Sampled picks are drawn from ``node_logprobs``'s distribution (by
+    ``Sampler.sample``); greedy ones are its argmax.
     Where kernels run (a GPU backend, or the emulator), picks and walk run on the device
     with one read-back; sampled picks there draw by inverse CDF (another random stream, the
     same distribution). Elsewhere the sampler picks and the walk runs on the host."""
@@ -96,11 +97,10 @@ def accept(tree: CandidateTree, logits: mx.array, sampler: Sampler) -> Acceptanc
             return walk(tree, mx.argmax(scores, axis=-1).tolist())
         uniforms = None
     else:
-        logprobs = node_logprobs(tree, logits, sampler)
-        if not on_device:
+        if not on_device:  # drawn among each row's survivors: no vocabulary-sized rows
             record("acceptance", kernel=False)
-            return walk(tree, sampler.draw(logprobs).tolist())
-        scores = mx.exp(logprobs)
+            return walk(tree, sampler.sample(logits, *_context(tree, sampler)).tolist())
+        scores = mx.exp(node_logprobs(tree, logits, sampler))
         uniforms = mx.random.uniform(shape=(len(tree),), key=sampler.next_key())
     tokens = mx.array(tree.tokens, dtype=mx.int32)
     parents = mx.array(tree.parents, dtype=mx.int32)

@@ -5,8 +5,13 @@ mlx-lm's ``make_sampler`` builds a closure over the global MLX RNG; FlashChat ne
 filtered *distribution* too (the sampled acceptance rule compares against it) and its own
 key per generation so a seed reproduces a reply whatever else runs in the process. mlx-lm's
 repetition penalty looks back over a window of the tokens it has generated; verification needs
-the penalty of every tree node from its own path (``Sampler.adjusted``), over the whole
+the penalty of every tree node from its own path (``Sampler.context``), over the whole
 context as Hugging Face applies it (the Qwen demo's recommended settings assume that).
+
+One definition, two implementations: MLX ops (``filters``, lazy) on a GPU, and on the CPU the
+C filters (``cpu/sampler.c``): MLX's CPU ops took ~6 ms of a ~19 ms step for the vocabulary's
+dozen passes, the C one pass. A sampled token is drawn among the survivors, never from a
+vocabulary-sized array; ``logprobs`` builds that distribution for the callers that read it.
 """
 
 from __future__ import annotations
@@ -17,6 +22,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import mlx.core as mx
+import numpy as np
+
+from engine_mlx.cpu.sampler import Filtered, Filters, HostSampler, host_sampler
+from engine_mlx.decoding import filters
 
 
 @dataclass(frozen=True)
@@ -49,59 +58,9 @@ class SamplingParams:
 
 
 def filtered_logprobs(logits: mx.array, params: SamplingParams) -> mx.array:
-    """Log-probabilities over the last axis after temperature and the three filters;
-    removed tokens get -inf. Order as in Hugging Face: temperature, top-k, top-p, min-p.
-
-    With top-k, the k best are found by partition and the other filters run on those k
-    alone: sorting the whole vocabulary cost 37 ms a position for Qwen's 151,936 logits on a
-    2-core CPU (400 ms for an 8-node verification, which sampled speculation then never
-    repaid). Every rule here is a function of the values alone, never of the order an
-    algorithm happens to visit them in, so one row and a many-row verification (or a CPU and
-    a GPU) keep the same tokens: see ``top_k_indices`` and ``_top_p_min_p``."""
-    x = logits.astype(mx.float32) / max(params.temperature, 1e-6)
-    vocab = x.shape[-1]
-    if not 0 < params.top_k < vocab:
-        return _top_p_min_p(x - mx.logsumexp(x, axis=-1, keepdims=True), params)
-    idx = top_k_indices(x, params.top_k)
-    best = mx.take_along_axis(x, idx, axis=-1)
-    kept = _top_p_min_p(best - mx.logsumexp(best, axis=-1, keepdims=True), params)
-    out = mx.full(x.shape, -mx.inf, dtype=mx.float32)
-    return mx.put_along_axis(out, idx, kept, axis=-1)
-
-
-def top_k_indices(x: mx.array, k: int) -> mx.array:
-    """The ids of the ``k`` largest values on the last axis (in no particular order). Where
-    the k-th value is tied, the lowest ids among the tied tokens are kept: a partition alone
-    breaks such ties by where its algorithm happens to meet them, which a one-row and a
-    many-row evaluation need not share."""
-    vocab = x.shape[-1]
-    kth = mx.partition(x, vocab - k, axis=-1)[..., vocab - k : vocab - k + 1]
-    above = x > kth
-    tied = x == kth
-    room = k - mx.sum(above, axis=-1, keepdims=True)
-    keep = above | (tied & (mx.cumsum(tied.astype(mx.int32), axis=-1) <= room))
-    return mx.argpartition(-keep.astype(mx.int32), k - 1, axis=-1)[..., :k]
-
-
-def _top_p_min_p(logprobs: mx.array, params: SamplingParams) -> mx.array:
-    """Top-p then min-p over the candidates on the last axis, renormalised. Top-p keeps a
-    token when the tokens strictly more likely than it hold less than ``top_p``: a group of
-    equally likely tokens at the boundary is kept or dropped whole, whatever order a sort
-    leaves them in (the first token is always kept)."""
-    if params.top_p < 1.0:
-        order = mx.argsort(-logprobs, axis=-1)
-        sorted_lp = mx.take_along_axis(logprobs, order, axis=-1)
-        mass_before = mx.cumsum(mx.exp(sorted_lp), axis=-1) - mx.exp(sorted_lp)
-        first = mx.ones((*sorted_lp.shape[:-1], 1), dtype=mx.bool_)
-        starts = mx.concatenate([first, sorted_lp[..., 1:] != sorted_lp[..., :-1]], axis=-1)
-        mass_above = mx.cummax(mx.where(starts, mass_before, -mx.inf), axis=-1)
-        keep_sorted = mass_above < params.top_p
-        keep = mx.put_along_axis(mx.zeros_like(keep_sorted), order, keep_sorted, axis=-1)
-        logprobs = mx.where(keep, logprobs, -mx.inf)
-    if params.min_p > 0.0:
-        top = mx.max(logprobs, axis=-1, keepdims=True)
-        logprobs = mx.where(logprobs < top + mx.log(params.min_p), -mx.inf, logprobs)
-    return logprobs - mx.logsumexp(logprobs, axis=-1, keepdims=True)
+    """Log-probabilities over the last axis after temperature and the three filters (no
+    penalty); removed tokens get -inf."""
+    return Sampler(params).logprobs(logits)
 
 
 def penalise(logits: mx.array, seen: mx.array, penalty: float) -> mx.array:
@@ -112,6 +71,14 @@ def penalise(logits: mx.array, seen: mx.array, penalty: float) -> mx.array:
     return mx.where(seen > 0, mx.where(x > 0, x / penalty, x * penalty), x)
 
 
+def penalise_ids(logits: mx.array, ids: mx.array, penalty: float) -> mx.array:
+    """``penalise`` for the tokens ``ids`` [..., n] (each row's, repeats allowed): only their
+    logits are read and written, not a vocabulary-sized mask per row."""
+    x = logits.astype(mx.float32)
+    values = mx.take_along_axis(x, ids, axis=-1)
+    return mx.put_along_axis(x, ids, penalise(values, mx.array(1.0), penalty), axis=-1)
+
+
 class ForcingRule(Protocol):
     """A rule that, from a context, may call for one token (``thinking.ThinkingBudget``)."""
 
@@ -120,20 +87,35 @@ class ForcingRule(Protocol):
     def forced(self, pending: Sequence[int]) -> int | None: ...
 
 
+@dataclass(frozen=True)
+class Context:
+    """What each row's distribution counts besides its logits and the committed context."""
+
+    extra: mx.array | None  # [..., n]: tokens before the row, not committed (penalised)
+    forced: list[int | None] | None  # per row, the one token a forcing rule calls for
+
+
 class Sampler:
     """Draws tokens with its own key stream: one seed -> one reproducible sequence. With a
     repetition penalty it also keeps the set of tokens in the context, which the generation
     extends as tokens are committed (``remember``). With a forcing rule (``forcing``, the
-    thinking budget) a row whose context calls for a token gets that token alone."""
+    thinking budget) a row whose context calls for a token gets that token alone.
+    ``native=False`` keeps to the MLX ops on the CPU too (the bench and the tests)."""
 
-    def __init__(self, params: SamplingParams, forcing: ForcingRule | None = None) -> None:
+    def __init__(
+        self, params: SamplingParams, forcing: ForcingRule | None = None, *, native: bool = True
+    ) -> None:
         self.params = params
         self.forcing = forcing
+        self.native = native
         seed = params.seed if params.seed is not None else int.from_bytes(os.urandom(4), "little")
         self.seed = seed
         self._key = mx.random.key(seed)
-        self._seen: mx.array | None = None  # [vocab] 0/1, made at the first penalised logits
+        self._rng = np.random.default_rng(seed)  # the C filters' uniforms
+        self._seen: set[int] = set()
         self._pending: list[int] = []  # remembered, not yet in ``_seen``
+        self._mask: np.ndarray | None = None  # [vocab] uint8 of ``_seen``, for the C filters
+        self._ids: mx.array | None = None  # ``_seen`` as ids, for the MLX ops
 
     @property
     def penalises(self) -> bool:
@@ -146,15 +128,48 @@ class Sampler:
         if self.forcing is not None:
             self.forcing.remember([int(t) for t in tokens])
 
-    def _seen_mask(self, vocab: int) -> mx.array:
-        if self._seen is None:
-            self._seen = mx.zeros((vocab,), dtype=mx.float32)
-        if self._pending:  # a new array: a step queued earlier keeps the set it was built on
-            idx = mx.array(self._pending, dtype=mx.int32)
-            ones = mx.ones(idx.shape, dtype=mx.float32)
-            self._seen = mx.put_along_axis(self._seen, idx, ones, axis=0)
-            self._pending = []
-        return self._seen
+    def _flush(self, vocab: int) -> None:
+        fresh = [t for t in dict.fromkeys(self._pending) if t not in self._seen and 0 <= t < vocab]
+        self._pending = []
+        if not fresh:
+            return
+        self._seen.update(fresh)
+        if self._mask is not None:
+            self._mask[fresh] = 1  # read on the host, where called: no step queued reads it
+        if self._ids is not None:  # a new array: a step queued earlier keeps the set it had
+            self._ids = mx.concatenate([self._ids, mx.array(fresh, dtype=mx.int32)])
+
+    def _seen_mask(self, vocab: int) -> np.ndarray:
+        self._flush(vocab)
+        if self._mask is None or self._mask.shape != (vocab,):
+            self._mask = np.zeros(vocab, dtype=np.uint8)
+            self._mask[list(self._seen)] = 1
+        return self._mask
+
+    def _seen_ids(self, vocab: int) -> mx.array:
+        self._flush(vocab)
+        if self._ids is None:
+            self._ids = mx.array(sorted(self._seen), dtype=mx.int32)
+        return self._ids
+
+    def context(
+        self,
+        logits: mx.array,
+        extra: mx.array | None = None,
+        rows: Sequence[Sequence[int]] | None = None,
+    ) -> Context:
+        """Per row of ``logits`` [..., vocab]: the ``extra`` [..., k] token ids that precede it
+        but are not committed yet (a tree node's path; the plain pipeline's newest token),
+        penalised with the context's tokens; and, with a forcing rule, the token its context
+        forces. ``rows``: per row, in order, the tokens after the remembered context (the
+        rule reads them; a 1-D ``logits`` is one row)."""
+        forced = None
+        if self.forcing is not None:
+            count = 1 if logits.ndim == 1 else logits.shape[0]
+            forced = [self.forcing.forced(row) for row in (rows or [[]] * count)]
+            forced = None if all(f is None for f in forced) else forced
+        extra = extra.astype(mx.int32) if extra is not None and self.penalises else None
+        return Context(extra, forced)
 
     def adjusted(
         self,
@@ -162,26 +177,22 @@ class Sampler:
         extra: mx.array | None = None,
         rows: Sequence[Sequence[int]] | None = None,
     ) -> mx.array:
-        """``logits`` [..., vocab] with the repetition penalty over the context's tokens and,
-        per row, the ``extra`` [..., k] token ids that precede that row but are not committed
-        yet (a tree node's path; the plain pipeline's newest token); then, with a forcing
-        rule, every row whose context forces a token reduced to that token. ``rows``: per
-        row, in order, the tokens after the remembered context (the rule reads them; a
-        1-D ``logits`` is one row). Unchanged without a penalty or a rule."""
+        """``logits`` with the repetition penalty over the context's tokens and each row's
+        ``extra``, then every row whose context forces a token reduced to that token (lazy;
+        arguments as for ``context``). Unchanged without a penalty or a rule."""
+        return self._adjusted(logits, self.context(logits, extra, rows))
+
+    def _adjusted(self, logits: mx.array, context: Context) -> mx.array:
         if self.penalises:
-            seen = self._seen_mask(logits.shape[-1])
-            if extra is not None:
-                extra = extra.astype(mx.int32)
-                seen = mx.broadcast_to(seen, (*extra.shape[:-1], logits.shape[-1]))
-                seen = mx.put_along_axis(seen, extra, mx.ones(extra.shape, mx.float32), axis=-1)
-            logits = penalise(logits, seen, self.params.repetition_penalty)
-        if self.forcing is None:
+            ids = self._seen_ids(logits.shape[-1])
+            ids = mx.broadcast_to(ids, (*logits.shape[:-1], ids.size))
+            if context.extra is not None:
+                ids = mx.concatenate([ids, context.extra], axis=-1)
+            if ids.shape[-1]:
+                logits = penalise_ids(logits, ids, self.params.repetition_penalty)
+        if context.forced is None:
             return logits
-        pending = rows if rows is not None else [[]] * (1 if logits.ndim == 1 else logits.shape[0])
-        forced = [self.forcing.forced(row) for row in pending]
-        if all(f is None for f in forced):
-            return logits
-        target = mx.array([-1 if f is None else f for f in forced], dtype=mx.int32)
+        target = mx.array([-1 if f is None else f for f in context.forced], dtype=mx.int32)
         target = target.reshape(()) if logits.ndim == 1 else target[:, None]
         hit = mx.arange(logits.shape[-1]) == target
         x = logits.astype(mx.float32)
@@ -197,21 +208,20 @@ class Sampler:
         extra: mx.array | None = None,
         rows: Sequence[Sequence[int]] | None = None,
     ) -> mx.array:
-        """The log-distribution each row's token is drawn from (``extra`` and ``rows`` as for
-        ``adjusted``): the one definition that plain decoding, verification on the host and
+        """The log-distribution each row's token is drawn from (arguments as for
+        ``context``): the one definition that plain decoding, verification on the host and
         on the device, and the exact losslessness test all use. Greedy: 0 at the argmax (the
         lowest id on ties), -inf elsewhere."""
-        logits = self.adjusted(logits, extra, rows)
+        context = self.context(logits, extra, rows)
         if self.params.greedy:
-            top = mx.argmax(logits, axis=-1, keepdims=True)
+            top = mx.argmax(self._adjusted(logits, context), axis=-1, keepdims=True)
             hit = mx.arange(logits.shape[-1]) == top
             return mx.where(hit, 0.0, -mx.inf).astype(mx.float32)
-        return filtered_logprobs(logits, self.params)
-
-    def draw(self, logprobs: mx.array) -> mx.array:
-        """One token per row of ``logprobs`` (from ``logprobs``), with this sampler's next
-        key (lazy)."""
-        return mx.random.categorical(logprobs, key=self.next_key())
+        host = self._host()
+        if host is not None:
+            dense = self._on_host(host, logits, context, draw=False).dense
+            return mx.array(dense.reshape(logits.shape))
+        return filters.filtered_logprobs(self._adjusted(logits, context), self.params)
 
     def sample(
         self,
@@ -219,8 +229,42 @@ class Sampler:
         extra: mx.array | None = None,
         rows: Sequence[Sequence[int]] | None = None,
     ) -> mx.array:
-        """``logits`` [..., vocab] -> token ids [...] (lazy: no evaluation happens here),
-        drawn from ``logprobs``; ``extra`` and ``rows`` as for ``adjusted``."""
+        """``logits`` [..., vocab] -> token ids [...], drawn from ``logprobs``'s distribution
+        (arguments as for ``context``). Lazy where the MLX ops run (a GPU: plain decoding
+        queues its next forward behind it); the C filters evaluate ``logits`` here."""
+        context = self.context(logits, extra, rows)
         if self.params.greedy:  # the argmax itself, without building the one-hot rows
-            return mx.argmax(self.adjusted(logits, extra, rows), axis=-1)
-        return self.draw(self.logprobs(logits, extra, rows))
+            return mx.argmax(self._adjusted(logits, context), axis=-1)
+        host = self._host()
+        if host is not None:
+            tokens = self._on_host(host, logits, context, draw=True).tokens
+            return mx.array(tokens.reshape(logits.shape[:-1]))
+        ids, logprobs = filters.candidates(self._adjusted(logits, context), self.params)
+        choice = mx.random.categorical(logprobs, key=self.next_key())
+        if ids is None:
+            return choice
+        return mx.take_along_axis(ids, choice[..., None].astype(mx.int32), axis=-1)[..., 0]
+
+    def _host(self) -> HostSampler | None:
+        """The C filters where they run: asked for, on the CPU, and built."""
+        return host_sampler() if self.native and mx.default_device() == mx.cpu else None
+
+    def _on_host(
+        self, host: HostSampler, logits: mx.array, context: Context, *, draw: bool
+    ) -> Filtered:
+        """The C filters over ``logits`` (evaluated here): a drawn token per row, or the
+        distribution over the vocabulary."""
+        vocab = logits.shape[-1]
+        x = np.asarray(logits.astype(mx.float32)).reshape(-1, vocab)
+        p = self.params
+        top_k = p.top_k if 0 < p.top_k < vocab else 0
+        asked = Filters(max(p.temperature, 1e-6), top_k, p.top_p, p.min_p, p.repetition_penalty)
+        seen = self._seen_mask(vocab) if self.penalises and (self._pending or self._seen) else None
+        extra = None if context.extra is None else np.asarray(context.extra).reshape(len(x), -1)
+        forced = None
+        if context.forced is not None:
+            forced = np.array([-1 if f is None else f for f in context.forced], dtype=np.int32)
+        uniforms = self._rng.random(len(x), dtype=np.float32) if draw else None
+        return host.run(
+            x, asked, seen=seen, extra=extra, forced=forced, uniforms=uniforms, dense=not draw
+        )

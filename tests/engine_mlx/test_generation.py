@@ -37,18 +37,18 @@ class ContextLedger:
         self.plain_rows: list[tuple[int, set[int], int]] = []  # (committed, seen, extra token)
         self.tree_rows: list[tuple[int, set[int], list[set[int]], list[int]]] = []
         ledger = self
-        init, adjusted, accept = Generation.__init__, Sampler.adjusted, strategies.accept
+        init, context, accept = Generation.__init__, Sampler.context, strategies.accept
 
         def remembering_init(gen, *args, **kwargs):
             init(gen, *args, **kwargs)
             ledger.generation = gen
 
-        def noting_adjusted(sampler, logits, extra=None, rows=None):
+        def noting_context(sampler, logits, extra=None, rows=None):
             if extra is not None and extra.ndim == 1:  # plain decoding's queued forward
                 gen = ledger.generation
                 seen = ledger.seen(sampler, logits.shape[-1])
                 ledger.plain_rows.append((len(gen.tokens), seen, int(extra[0].item())))
-            return adjusted(sampler, logits, extra, rows)
+            return context(sampler, logits, extra, rows)
 
         def noting_accept(tree, logits, sampler):
             gen = ledger.generation
@@ -59,7 +59,7 @@ class ContextLedger:
             return result
 
         monkeypatch.setattr(Generation, "__init__", remembering_init)
-        monkeypatch.setattr(Sampler, "adjusted", noting_adjusted)
+        monkeypatch.setattr(Sampler, "context", noting_context)
         monkeypatch.setattr(strategies, "accept", noting_accept)
 
     @staticmethod

@@ -72,10 +72,9 @@ def test_auto_is_held_to_the_best_fixed_mode_of_each_prompt():
         return {"setting": "greedy", "prompt": prompt, "mode": mode, "decode_tokens": tps,
                 "decode_s": 1.0}  # fmt: skip
 
-    rows = auto_against_best(
-        [run("copy", "ar", 40), run("copy", "lookup", 60), run("copy", "auto", 57)]
-        + [run("chat", "ar", 50), run("chat", "lookup", 40), run("chat", "auto", 49)]
-    )
+    copy = [run("copy", "ar", 40), run("copy", "lookup", 60), run("copy", "auto", 57)]
+    chat = [run("chat", "ar", 50), run("chat", "lookup", 40), run("chat", "auto", 49)]
+    rows = auto_against_best([*copy, *chat])
     get = {r["prompt"]: r for r in rows}
     assert get["copy"]["best_mode"] == "lookup" and get["copy"]["auto_vs_best"] == 0.95
     assert get["copy"]["auto_vs_ar"] == pytest.approx(57 / 40)

@@ -72,14 +72,17 @@ def test_every_mode_stops_at_the_first_looping_token_and_keeps_the_text_before_i
     tiny_target, temperature
 ):
     """The tiny random llama falls into a one-token loop within 300 tokens (greedy, and with
-    this seed sampled near greedy): each mode's guarded reply is its unguarded reply up to the
-    guard's token, so nothing before the stop changes; greedy, every mode stops at the same
-    token."""
+    one of these seeds sampled near greedy: the CPU's C filters draw another random stream
+    than MLX's ops): each mode's guarded reply is its unguarded reply up to the guard's token,
+    so nothing before the stop changes; greedy, every mode stops at the same token."""
     target = tiny_target("llama")
-    sampling = SamplingParams(temperature=temperature, seed=4)
-    base = {"max_tokens": 400, "sampling": sampling, "ignore_eos": True}
     modes = ["ar", "dflash2", "lookup", "mtp"] if temperature == 0 else ["ar", "lookup"]
-    free = _replies(target, base, modes)
+    for seed in (31, 4):
+        sampling = SamplingParams(temperature=temperature, seed=seed)
+        base = {"max_tokens": 400, "sampling": sampling, "ignore_eos": True}
+        free = _replies(target, base, modes)
+        if all(LoopGuard().feed(reply.tokens) is not None for reply in free.values()):
+            break
     guarded = _replies(target, base | {"loop_guard": True}, modes)
     for mode in modes:
         stop = LoopGuard().feed(free[mode].tokens)
@@ -122,7 +125,7 @@ def test_the_command_line_turns_it_on(tiny_model_dir, capsys):
 
 @pytest.mark.slow  # the real demo model
 def test_the_demo_model_loop_at_the_apps_sampling_is_stopped(qwen_dir):
-    """Qwen2.5-Coder, asked for 50 zeros at the app's sampling (seed 0), writes "0, " past
+    """Qwen2.5-Coder, asked for 50 zeros at the app's sampling (seed 4), writes "0, " past
     the fiftieth and on to the token limit; the guard stops it at the token it names on the
     free reply, with the text before it unchanged."""
     from engine_mlx.api import encode_prompt, load_target
@@ -134,7 +137,7 @@ def test_the_demo_model_loop_at_the_apps_sampling_is_stopped(qwen_dir):
         chat=True,
         system="You are a helpful assistant.",
     )
-    sampling = SamplingParams(temperature=0.7, top_p=0.8, top_k=20, repetition_penalty=1.05, seed=0)
+    sampling = SamplingParams(temperature=0.7, top_p=0.8, top_k=20, repetition_penalty=1.05, seed=4)
     session = Session(target)
     config = GenerationConfig(max_tokens=200, sampling=sampling)
     free = list(session.generate(ids, config))[-1]
