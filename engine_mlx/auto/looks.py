@@ -34,6 +34,10 @@ FREE_LOOKS = frozenset({Mode.LOOKUP})
 # A mode whose look comes this close to the best rate is near: looked at as often as ever, and
 # tried once a reply (``mode_choice``).
 TRIAL_WITHIN = 0.75
+# A mode whose last look or run was far behind the bar spends this share of its budget: at
+# 2% the looks at DFlash2 and MTP cost the 4-bit Qwen demo 2-3% of a chat reply (the drafters'
+# catch-up included), where neither ever paid.
+FAR_SHARE = 0.25
 CUED_LOOK_EVERY = 2  # steps between looks at a mode while prompt lookup alone beats plain
 CUE_MARGIN = 1.25  # by this factor: a two-token match is common and rarely worth a look
 
@@ -142,6 +146,8 @@ class Looks:
         )
         if cued and cued > CUE_MARGIN * max(1.0 / plain_s, bar):
             return CUED_LOOK_EVERY
+        if not state.near:  # far behind when last seen: a quarter of its share
+            share *= FAR_SHARE
         return max(state.look_every, state.look_cost.seconds / (share * plain_s))
 
     def observe(
@@ -161,6 +167,9 @@ class Looks:
         and missing that costs more than looking (``LOOK_BUDGET`` bounds the looks' time
         either way)."""
         state = self.record(mode)
+        if mode in FREE_LOOKS and not scores:  # nothing to propose here: nothing to rate
+            state.look, state.last_look, state.fresh_look_due = None, self.steps, False
+            return
         state.look_time.add(draft_s)
         state.look_cost.add(draft_s if spent_s is None else max(draft_s, spent_s))
         fixed_s = draft_s + state.rest.seconds

@@ -124,7 +124,7 @@ class ExpectedRatePolicy:
     ) -> None:
         """A look's draft (``draft_s``: drafting alone; ``spent_s``: the look's whole time,
         the drafter's catch-up included, what the looks' budget counts)."""
-        bar = self._look_bar(mode, depth)
+        bar = self._look_bar(mode, depth) if scores else 0.0  # (nothing to rate: no bar)
         self.looks.observe(mode, scores, draft_s, depth, node_depths, bar, spent_s)
 
     def _look_bar(self, mode: Mode, depth: int) -> float:

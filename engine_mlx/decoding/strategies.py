@@ -253,6 +253,9 @@ class Speculative:
         not running)."""
         if self.drafter is not None:  # once per switch, not per draft: a look after 17 plain
             self.drafter.catch_up()  # steps took 50 ms where an MTP draft takes 10
+        elif self.lookup is None or not self.lookup.continuations(1, 1):
+            self._looked = None  # prompt lookup alone, nothing to propose: most chat steps
+            return [], [], 0.0
         t0 = time.perf_counter()
         tree = self.propose(root, max_depth=self.block_size - 1)
         self._looked = tree
