@@ -17,7 +17,6 @@ import mlx.core as mx
 
 from engine_mlx.auto import Policy
 from engine_mlx.auto.looks import FREE_LOOKS
-from engine_mlx.auto.policy import Choice
 from engine_mlx.backend import backend_info
 from engine_mlx.config import GenerationConfig
 from engine_mlx.decoding.acceptance import replay
@@ -220,11 +219,8 @@ class Generation:
                 break
             if self.policy is not None and self.tokens:  # the first step is the prefill's token
                 t0 = time.perf_counter()
-                looked_s, learned = self._look(strategy, mode)
-                # Decoding plainly, a step that looked at nothing new cannot change the
-                # choice: most chat steps (prompt lookup has no match, no costly look due).
-                quiet = mode is Mode.AR and not learned
-                choice = Choice(mode) if quiet else self.policy.choose(self.depth, mode)
+                looked_s = self._look(strategy, mode)
+                choice = self.policy.choose(self.depth, mode)
                 self.split.add("policy", time.perf_counter() - t0 - looked_s)
                 if choice.mode != mode and getattr(strategy, "queued_ahead", False):
                     event, hit_eos = self._step(strategy, mode, hand_over=True)
@@ -248,15 +244,14 @@ class Generation:
                 break
         yield self._finish(reason)
 
-    def _look(self, strategy: Strategy, mode: Mode) -> tuple[float, bool]:
+    def _look(self, strategy: Strategy, mode: Mode) -> float:
         """Let the auto policy see what the modes would draft here: one that is not running
         when its look is due, and at a new reply's first step each of them, the running one
         too, until the policy has no look due. Returns the seconds the looks' drafts took
-        (``TimeSplit``'s looks; the rest is the policy's) and whether any look drafted
-        something (else the choice has nothing new to go by)."""
+        (``TimeSplit``'s looks; the rest is the policy's)."""
         due = getattr(self.policy, "preview_due", None)
         if due is None:
-            return 0.0, True
+            return 0.0
         root = strategy.peek_root()  # type: ignore[attr-defined]
         cues = {
             m: self._strategy(m).lookup_scores(root)  # type: ignore[attr-defined]
@@ -264,7 +259,7 @@ class Generation:
             if m not in (Mode.AR, mode) and m not in FREE_LOOKS  # those are looked at anyway
         }
         looked: set[Mode] = set()
-        spent, learned = 0.0, False
+        spent = 0.0
         while (other := due(self.depth, mode, {m: c for m, c in cues.items() if c})) is not None:
             if other in looked:
                 break
@@ -273,13 +268,12 @@ class Generation:
             t0 = time.perf_counter()
             scores, depths, seconds = preview.preview(root)  # type: ignore[attr-defined]
             took = time.perf_counter() - t0  # the drafter's catch-up too
-            learned = learned or bool(scores) or other not in FREE_LOOKS
             spent += took
             self.policy.observe_preview(other, scores, seconds, self.depth, depths, took)  # type: ignore[union-attr]
             if other != mode:  # the running mode's own step judges this very draft
                 self._previews[other] = len(self.tokens)
         self.split.add("looks", spent)
-        return spent, learned
+        return spent
 
     def _step(
         self, strategy: Strategy, mode: Mode, hand_over: bool = False, switched: bool = False

@@ -53,6 +53,7 @@ class Looks:
     max_look_every: int = 32
     records: dict[Mode, ModeRecord] = field(default_factory=dict)
     steps: int = 0  # steps observed so far
+    changes: int = 0  # looks set or cleared so far (the policy re-chooses only after one)
 
     def record(self, mode: Mode) -> ModeRecord:
         record = self.records.get(mode)
@@ -88,6 +89,7 @@ class Looks:
 
     def set_look(self, state: ModeRecord, plan: LengthPlan) -> None:
         state.look, state.look_pace = plan, self.costs().pace
+        self.changes += 1
 
     def due(
         self,
@@ -168,6 +170,7 @@ class Looks:
         either way)."""
         state = self.record(mode)
         if mode in FREE_LOOKS and not scores:  # nothing to propose here: nothing to rate
+            self.changes += state.look is not None
             state.look, state.last_look, state.fresh_look_due = None, self.steps, False
             return
         state.look_time.add(draft_s)

@@ -59,6 +59,9 @@ class ExpectedRatePolicy:
     memory: ModeMemory | None = None  # what the last process learned, kept on disk
     _costs: StepCosts | None = None
     _previous: Mode | None = None  # the mode of the last observed step
+    # ``Looks.changes`` at the last choice: decoding plainly, a step after which no look
+    # changed cannot change the choice (most chat steps: no lookup match, no look due).
+    _seen_changes: int = -1
     looks: Looks = field(init=False, repr=False)  # each drafting mode's record, its looks
     mode_choice: ModeChoice = field(init=False, repr=False)
 
@@ -143,6 +146,10 @@ class ExpectedRatePolicy:
     def choose(self, depth: int, current: Mode | None) -> Choice:
         if self.forced:
             return Choice(self.forced, _switch_reason(current, self.forced, "forced by the user"))
+        if current is Mode.AR and self.looks.changes == self._seen_changes:
+            return Choice(Mode.AR)
+        # (a drafting mode's own steps are news at every choice)
+        self._seen_changes = self.looks.changes if current is Mode.AR else -1
         if current is None:  # a new reply, new text: one look at each drafting mode at once
             self.looks.new_reply()
         if current in (None, Mode.AR) and not self.costs.knows_plain_at(depth):
