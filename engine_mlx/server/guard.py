@@ -6,7 +6,11 @@ past the limit, no model work — and the routes of ``serve`` and the app's "Ser
 then share one set of checks. A body is read once, here, up to ``max_body`` bytes (an oversized
 ``Content-Length`` is refused before a byte is read; a chunked body stops at the limit), then
 handed to the route; what the client sends after that is its disconnect, which the routes
-watch. Refusals of a body close the connection, so the rest of an upload is never read.
+watch. Refusals of a body close the connection, so the rest of an upload is never read —
+except a declared body up to ``DRAIN_FACTOR`` times the limit: that one is read and thrown
+away first, because a client still writing when the server closes gets a reset that destroys
+the 413 on its way (the lingering-close problem), and a user of an SDK should read "over
+8 MB", not "connection reset".
 Starlette's RequestBodyLimitMiddleware (recent releases only) answers in plain text and leaves
 the connection open for the rest of the upload.
 """
@@ -23,6 +27,7 @@ from engine_mlx.server.access import AccessPolicy
 from engine_mlx.server.requests import ApiError
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
+DRAIN_FACTOR = 4  # a declared oversized body up to this many limits is read, not kept
 BODY_TIMEOUT_S = 30.0  # a body trickling in slower than this holds a connection for nothing
 JSON_TYPE = "application/json"
 
@@ -98,6 +103,8 @@ class RequestGuard:
         if declared is not None and not declared.strip().isdigit():
             raise ApiError(400, f"Content-Length '{declared}' is not a number of bytes.")
         if declared is not None and int(declared) > self.max_body:
+            if int(declared) <= DRAIN_FACTOR * self.max_body and not await self._discard(receive):
+                return None
             raise self._too_large()
         chunks: list[bytes] = []
         size = 0
@@ -120,6 +127,20 @@ class RequestGuard:
                 f"The request body did not arrive within {self.body_timeout_s:g} s.",
                 code="request_timeout",
             ) from None
+
+    async def _discard(self, receive: Receive) -> bool:
+        """Reads the body without keeping it, so the refusal reaches the client; False when
+        the client left. A body that stalls is cut at the timeout and refused all the same."""
+        try:
+            async with asyncio.timeout(self.body_timeout_s):
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        return False
+                    if not message.get("more_body", False):
+                        return True
+        except TimeoutError:
+            return True
 
     def _too_large(self) -> ApiError:
         mb = self.max_body / 2**20
