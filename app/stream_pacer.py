@@ -24,7 +24,7 @@ from PySide6.QtCore import QObject, Qt, QTimer, Slot
 
 from app.messages import LiveUpdate
 
-FRAME_S = 1 / 25  # text and the panel's numbers: 25 updates a second at most
+FRAME_S = 1 / 20  # the text: 20 updates a second at most (the panel paces its numbers)
 
 
 @dataclass

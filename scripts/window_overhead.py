@@ -127,7 +127,12 @@ def main() -> int:
         plan.append(("long", LONG, args.long_tokens))
     for name, prompt, max_tokens in plan:
         win.settings = replace(
-            win.settings, max_tokens=max_tokens, temperature=0.0, forced_mode="ar", system_prompt=""
+            win.settings,
+            max_tokens=max_tokens,
+            temperature=0.0,
+            forced_mode="ar",
+            system_prompt="",
+            loop_guard=False,  # as the engine alone: both replies as long as asked
         )
         win._overrides = {"ignore_eos": True}
         ids = encode_prompt(session.target, [{"role": "user", "content": prompt}])

@@ -14,6 +14,7 @@ would lay them out: a piece's first block would otherwise merge into the block b
 
 from __future__ import annotations
 
+from PySide6.QtCore import QRectF
 from PySide6.QtGui import (
     QColor,
     QTextBlockFormat,
@@ -57,6 +58,28 @@ class LiveRegion:
             keep += 1
         if keep == len(pieces) == len(self._pieces):
             return 0
+        layout = self.document.documentLayout()
+        top = self._top_of(self._starts[keep] if keep < len(self._starts) else None)
+        old_bottom = layout.frameBoundingRect(self.frame).bottom()
+        layout.blockSignals(True)  # its repaint would be the whole frame: ours is the change
+        try:
+            self._replace(pieces, keep)
+        finally:
+            layout.blockSignals(False)
+        bottom = max(old_bottom, layout.frameBoundingRect(self.frame).bottom())
+        layout.documentSizeChanged.emit(layout.documentSize())
+        width = layout.documentSize().width()
+        layout.update[QRectF].emit(QRectF(0, top, width, bottom - top + 1))
+        return len(pieces) - keep
+
+    def _top_of(self, position: int | None) -> float:
+        """Where the first changed piece begins on the page (its block's top; with no piece to
+        replace, the frame's last block)."""
+        layout = self.document.documentLayout()
+        where = self.frame.lastPosition() if position is None else position
+        return layout.blockBoundingRect(self.document.findBlock(where)).top()
+
+    def _replace(self, pieces: list[str], keep: int) -> None:
         cursor = QTextCursor(self.document)
         cursor.beginEditBlock()
         if keep < len(self._pieces):
@@ -74,7 +97,6 @@ class LiveRegion:
             self._pieces.append(piece)
             self._append(cursor, piece)
         cursor.endEditBlock()
-        return len(pieces) - keep
 
     def _append(self, cursor: QTextCursor, html_text: str) -> None:
         """Add ``html_text``'s blocks after the frame's last block, as if imported with it."""

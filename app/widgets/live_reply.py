@@ -5,12 +5,19 @@ block) for Qt to parse whole again. Here a block is rendered once when it is fin
 HTML kept; only the open block (the last paragraph, list or code fence still growing) is
 rendered on each update. The pieces joined are exactly ``render_markdown`` of the same text
 once it is finished, so a reply looks the same streaming and finished.
+
+A code block still open is one block however long it grows (a model writing a whole file), so
+it streams as tables of ``CODE_RUN_LINES`` lines that stack as one shaded block: a run of
+lines complete is rendered once and kept, and only the last run is redone. Once the fence
+closes the block is rendered whole, as it will be finished.
 """
 
 from __future__ import annotations
 
 from app.widgets.markdown_blocks import BlockStream, Part
-from app.widgets.markdown_render import Theme, block_mask, render_block
+from app.widgets.markdown_render import Theme, block_mask, code_piece_html, render_block
+
+CODE_RUN_LINES = 40
 
 
 class LiveReply:
@@ -21,6 +28,8 @@ class LiveReply:
         self._stream = BlockStream()
         self._finished: list[str] = []  # the finished blocks' HTML (blank prose left out)
         self._finished_code = 0  # code blocks among them (their copy links' numbers)
+        self._runs: dict[int, tuple[str, str]] = {}  # the open code block's kept runs: text, HTML
+        self._runs_of = -1  # where that block starts in the source
         self.rendered_chars = 0  # source characters rendered so far (the cost of the updates)
 
     @property
@@ -38,11 +47,50 @@ class LiveReply:
         out = list(self._finished)
         code = self._finished_code
         for part in open_blocks:
-            piece = self._render(part, mask, code, live=part is open_blocks[-1])
-            code += part.kind == "code"
-            if piece:
+            live = part is open_blocks[-1]
+            if live and part.kind == "code" and not part.closed:
+                out += self._open_code(part, mask, code)
+            elif piece := self._render(part, mask, code, live=live):
                 out.append(piece)
+            code += part.kind == "code"
         return out
+
+    def _open_code(self, part: Part, mask: bytes | bytearray | None, code: int) -> list[str]:
+        """The open code block as runs of lines: the complete runs kept, the last redone."""
+        lines = part.text.splitlines(keepends=True)
+        if len(lines) <= CODE_RUN_LINES:
+            return [self._render(part, mask, code, live=True)]
+        start = part.offsets[0] if len(part.offsets) else -1
+        if start != self._runs_of:
+            self._runs, self._runs_of = {}, start
+        href = f"{self._code_href}{code}"
+        drafted = block_mask(part, mask)
+        pieces, offset = [], 0
+        kept = (len(lines) - 1) // CODE_RUN_LINES  # the last run keeps 1 to CODE_RUN_LINES
+        for run in range(kept + 1):
+            text = "".join(lines[run * CODE_RUN_LINES : (run + 1) * CODE_RUN_LINES])
+            last = run == kept
+            if last or self._runs.get(run, ("",))[0] != text:
+                self.rendered_chars += len(text)
+                shown = text if last else text[:-1]  # the table's end is the line's end
+                run_mask = drafted[offset : offset + len(shown)] if drafted else None
+                piece = Part("code", shown, range(len(shown)), part.lang, closed=False)
+                html = code_piece_html(
+                    piece,
+                    self._theme,
+                    run_mask if run_mask and any(run_mask) else None,
+                    href,
+                    live=last,
+                    first=run == 0,
+                    last=last,
+                )
+                if last:
+                    pieces.append(html)
+                    break
+                self._runs[run] = (text, html)
+            pieces.append(self._runs[run][1])
+            offset += len(text)
+        return pieces
 
     def _keep(self, piece: str) -> None:
         if piece:

@@ -304,6 +304,23 @@ def _code_block_html(
     part: Part, theme: Theme, mask: Sequence[int] | None, href: str, live: bool
 ) -> str:
     """A code block as a shaded table: language label, a "Copy" link, highlighted code."""
+    return code_piece_html(part, theme, mask, href, live, first=True, last=True)
+
+
+def code_piece_html(
+    part: Part,
+    theme: Theme,
+    mask: Sequence[int] | None,
+    href: str,
+    live: bool,
+    *,
+    first: bool,
+    last: bool,
+) -> str:
+    """A code block's table, or one of the tables a long open block streams as (its lines
+    cut in runs, ``LiveReply``): only the ``first`` has the label row and the top margin,
+    only the ``last`` the bottom one, and the code rows meet without padding, so the pieces
+    stack as one shaded block."""
     label = html.escape(part.lang or "code") + ("" if part.closed else " …")
     spans: list[str] = []
     k = 0
@@ -314,14 +331,19 @@ def _code_block_html(
             piece = _wrap_runs(value, [bool(f) for f in mask[k : k + len(value)]], theme.draft_bg)
         k += len(value)
         spans.append(f'<span style="{style}">{piece}</span>' if style else piece)
-    return (
-        f'<table width="100%" border="0" cellspacing="0" cellpadding="6" bgcolor="{theme.code_bg}"'
-        ' style="margin-top:6px; margin-bottom:6px;">'
+    head = (
         f'<tr><td><span style="font-size:small; color:{theme.muted};">{label}</span></td>'
         f'<td align="right"><a href="{href}"><span style="font-size:small; color:{theme.link}; '
         'text-decoration:none;">Copy</span></a></td></tr>'
-        '<tr><td colspan="2"><pre style="white-space:pre-wrap; margin-top:0px; margin-bottom:0px;">'
-        f"{''.join(spans)}</pre></td></tr></table>"
+    )
+    pads = ("" if first else " padding-top:0px;") + ("" if last else " padding-bottom:0px;")
+    cell = f' style="{pads.strip()}"' if pads else ""
+    return (
+        f'<table width="100%" border="0" cellspacing="0" cellpadding="6" bgcolor="{theme.code_bg}"'
+        f' style="margin-top:{6 if first else 0}px; margin-bottom:{6 if last else 0}px;">'
+        f"{head if first else ''}"
+        f'<tr><td colspan="2"{cell}><pre style="white-space:pre-wrap; '
+        f'margin-top:0px; margin-bottom:0px;">{"".join(spans)}</pre></td></tr></table>'
     )
 
 

@@ -12,7 +12,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from PySide6.QtCore import QSize, Qt, Signal, Slot
+from PySide6.QtCore import QSize, Qt, QTimer, Signal, Slot
 from PySide6.QtGui import (
     QFont,
     QPalette,
@@ -41,6 +41,10 @@ ACCEPTANCE_TOOLTIP = (
 NO_VALUE = "–"
 
 SMOOTHING_S = 0.5  # time constant of the big number's moving average
+# The numbers are redrawn at most this often while a reply streams: a number is read, not
+# watched, and each redraw of the panel repaints its labels, the gauge and what lies under
+# them (on 2 cores, time taken from decoding). The chart keeps every report.
+NUMBERS_S = 0.25
 
 
 def _format_rate(rate: float | None) -> str:
@@ -94,6 +98,12 @@ class SpeedPanel(QWidget):
         self._smooth_t: float | None = None
         self._finished_rates: dict[str, float] = {}
         self._syncing = False
+        self._numbers: tuple[float, float | None, int] | None = None  # tau, acceptance, depth
+        self._numbers_at = -math.inf  # report time of the last numbers shown
+        self._numbers_timer = QTimer(self)  # shows the latest numbers when they are due
+        self._numbers_timer.setSingleShot(True)
+        self._numbers_timer.setInterval(round(NUMBERS_S * 1000))
+        self._numbers_timer.timeout.connect(self.show_numbers)
         self._build_ui()
         self.reset()
 
@@ -308,6 +318,8 @@ class SpeedPanel(QWidget):
         """A new line on the chart; the rate restarts its smoothing (prefill is not decode)."""
         t = time.monotonic() if now is None else now
         self._last_t = t
+        self._numbers, self._numbers_at = None, -math.inf
+        self._numbers_timer.stop()
         self._smoothed = None
         self._smooth_t = None
         self.chart.begin_series(t)
@@ -326,7 +338,8 @@ class SpeedPanel(QWidget):
         mode: str,
         now: float | None = None,
     ) -> None:
-        """One progress report (~30 per second); the big number is a time-based average."""
+        """One progress report (~30 per second); the big number is a time-based average. The
+        chart takes every report; the numbers are drawn at most every ``NUMBERS_S``."""
         t = time.monotonic() if now is None else now
         self._last_t = t
         if math.isfinite(tokens_per_s):
@@ -338,12 +351,26 @@ class SpeedPanel(QWidget):
                 self._smoothed += alpha * (tokens_per_s - self._smoothed)
             self._smooth_t = t
             self.chart.add_point(t, tokens_per_s)
+        self._numbers = (tau, acceptance, context_depth)
+        if mode and mode != self._mode:
+            self._set_mode(mode)
+        if t - self._numbers_at >= NUMBERS_S:
+            self.show_numbers()
+        elif not self._numbers_timer.isActive():
+            self._numbers_timer.start()
+
+    @Slot()
+    def show_numbers(self) -> None:
+        """Draw the latest report's numbers now (the timer calls it when they are due)."""
+        self._numbers_timer.stop()
+        if self._numbers is None:
+            return
+        tau, acceptance, depth = self._numbers
+        self._numbers, self._numbers_at = None, self._last_t or 0.0
         _set_text(self.rate_label, _format_rate(self._smoothed))
         _set_text(self.tau_label, _format_tau(tau))
         _set_text(self.acceptance_label, _format_acceptance(acceptance))
-        self._set_context(context_depth)
-        if mode and mode != self._mode:
-            self._set_mode(mode)
+        self._set_context(depth)
 
     @Slot(object)
     def show_mode_switch(self, event: ModeSwitch) -> None:
@@ -368,6 +395,7 @@ class SpeedPanel(QWidget):
 
     def generation_finished(self, stats: Mapping[str, Any]) -> None:
         """Show the measured totals and remember the rate for the slower-than-plain check."""
+        self.show_numbers()  # the last live ones first: the totals below overwrite them
         tps = stats.get("decode_tps")
         tps = float(tps) if isinstance(tps, int | float) and math.isfinite(tps) else None
         if tps is not None:
@@ -406,6 +434,8 @@ class SpeedPanel(QWidget):
         self._last_t = None
         self._smoothed = None
         self._smooth_t = None
+        self._numbers, self._numbers_at = None, -math.inf
+        self._numbers_timer.stop()
         self._finished_rates.clear()
         self.chart.clear()
         _set_text(self.rate_label, NO_VALUE)

@@ -9,8 +9,9 @@ from dataclasses import asdict
 
 import pytest
 from PySide6.QtGui import QTextCursor, QTextDocument
+from PySide6.QtWidgets import QApplication
 
-from app.widgets import markdown_render
+from app.widgets import live_reply, markdown_render
 from app.widgets.chat_view import ChatView
 from app.widgets.live_region import LiveRegion
 from app.widgets.live_reply import LiveReply
@@ -219,3 +220,62 @@ def test_the_open_fence_is_lexed_a_few_times_a_second(theme, frozen_lexing) -> N
     assert WORK.lex_calls - lexed <= updates * 0.04 / markdown_render.LEX_EVERY_S + 1
     out = "".join(reply.pieces(text + "```\n", None))  # closed: lexed whole, once
     assert "x59" in out and "python …" not in out
+
+
+@pytest.mark.parametrize("scrolled_up", [False, True])
+def test_the_screen_after_each_flush_is_what_a_full_repaint_draws(qtbot, scrolled_up) -> None:
+    """A flush repaints only from the first changed block down (the frame's own repaint
+    would be all of it): what the window shows must still equal a fresh paint, following the
+    reply or scrolled up to read it."""
+    tokens = tokens_of("".join(section(k) for k in range(2)))
+    view = ChatView()
+    qtbot.addWidget(view)
+    view.resize(800, 600)
+    view.show()
+    qtbot.waitExposed(view)
+    view.start_assistant()
+    screen = view.screen()
+    compared = 0
+    for start in range(0, len(tokens), 3):
+        view.append_assistant([("".join(tokens[start : start + 3]), start % 2 == 0)])
+        if scrolled_up and start == 150:
+            view.browser.verticalScrollBar().setValue(40)
+        QApplication.processEvents()  # the paint events
+        if start % 30 == 0:
+            shown = screen.grabWindow(view.winId()).toImage()
+            fresh = view.grab().toImage().convertToFormat(shown.format())
+            assert shown == fresh, f"stale pixels after {start} tokens"
+            compared += 1
+    assert compared > 10
+
+
+def test_a_long_open_code_block_streams_as_runs_kept_once(theme, frozen_lexing) -> None:
+    """A model writing a 400-line file inside one fence: the work per update stays flat (the
+    complete runs of lines are kept, only the last is redone), the runs read as the code, and
+    once the fence closes the block is one table again, as a full render makes it."""
+    code = "".join(f"value_{i} = compute({i}, 'text')  # line {i}\n" for i in range(400))
+    source = "Here is the file:\n\n```python\n" + code
+    reply = LiveReply(theme, False, "flashchat:code/live/")
+    start = len("Here is the file:\n\n```python\n")
+    work: list[int] = []
+    for cut in range(start + 40, len(source) + 1, 40):
+        frozen_lexing[0] += 0.05
+        before = reply.rendered_chars
+        pieces = reply.pieces(source[:cut], None)
+        work.append(reply.rendered_chars - before)
+    tenth = len(work) // 10
+    assert sum(work[-tenth:]) <= 2 * sum(work[:tenth]), (work[:tenth], work[-tenth:])
+    runs = [p for p in pieces if "<table" in p]
+    assert len(runs) == 400 // live_reply.CODE_RUN_LINES
+    assert sum("Copy</span>" in p for p in runs) == 1  # one label row: one block to the eye
+    shown = QTextDocument()
+    shown.setHtml("".join(runs))
+    label, copy, *lines = [line for line in shown.toPlainText().splitlines() if line]
+    assert (label, copy) == ("python …", "Copy")
+    assert lines == source[start:cut].splitlines()
+    closed = reply.pieces(source + "```\n", None)
+    assert sum("<table" in p for p in closed) == 1
+    assert (
+        "".join(closed)
+        == render_markdown(source + "```\n", theme, None, "flashchat:code/live/").html
+    )

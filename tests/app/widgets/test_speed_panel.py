@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +14,7 @@ from PySide6.QtWidgets import QCheckBox, QComboBox, QLabel
 
 from app.widgets.panel_widgets import AMBER, RED
 from app.widgets.rate_chart import MARKER
-from app.widgets.speed_panel import ACCEPTANCE_TOOLTIP, TAU_TOOLTIP, SpeedPanel
+from app.widgets.speed_panel import ACCEPTANCE_TOOLTIP, NUMBERS_S, TAU_TOOLTIP, SpeedPanel
 
 MODES = ["ar", "lookup", "dflash2", "mtp"]
 FRAME = 1 / 30
@@ -49,7 +50,22 @@ def drive(
         t = start + i * FRAME
         used = depth[0] + (depth[1] - depth[0]) * i // max(steps, 1)
         panel.update_live(rate, used, tau, acceptance, mode, now=t)
+    panel.show_numbers()  # what the panel's timer does within NUMBERS_S
     return t
+
+
+def test_numbers_are_drawn_four_times_a_second_and_the_last_one_arrives(panel, qtbot) -> None:
+    """30 reports a second, each a token deeper: the numbers change at most every
+    ``NUMBERS_S`` (the chart takes every report), and the timer shows the last report's."""
+    panel.generation_started(100, "ar", now=0.0)
+    shown = []
+    for i in range(60):  # two seconds of reports
+        panel.update_live(20.0 + i % 3, 101 + i, 1.0, None, "ar", now=0.5 + i * FRAME)
+        shown.append(panel.context_label.text())
+    changes = sum(a != b for a, b in itertools.pairwise(shown))
+    assert 2 / NUMBERS_S - 2 <= changes <= 2 / NUMBERS_S + 1
+    assert len(panel.chart.points()) > 2 * changes
+    qtbot.waitUntil(lambda: panel.context_label.text() == "160 / 8,192", timeout=2000)
 
 
 def finished_stats(tps: float, modes: dict[str, int], **extra: object) -> dict[str, object]:
@@ -77,10 +93,10 @@ def test_scripted_generation(panel: SpeedPanel) -> None:
     assert panel.context_gauge.bar_color() == highlight
 
     t = drive(panel, 100.5, 110.5, 24.0, "dflash2", (3000, 6000), tau=3.2, acceptance=0.55)
+    assert panel.context_label.text() == "6,000 / 8,192"
     assert panel.rate_label.text() == "24.0"
     assert panel.tau_label.text() == "3.20"
     assert panel.acceptance_label.text() == "55%"
-    assert panel.context_label.text() == "6,000 / 8,192"
 
     # A burst: six chunks committed within 5 ms take no room on the time axis.
     before = len(panel.chart.points())
