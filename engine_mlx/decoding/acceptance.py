@@ -11,6 +11,7 @@ draft probabilities would be biased for them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import mlx.core as mx
@@ -37,8 +38,9 @@ class Acceptance:
         return self.tokens[-1]
 
 
-def walk(tree: CandidateTree, target_choice: list[int]) -> Acceptance:
-    """``target_choice[i]`` is the target's token after node i (argmax or a sample)."""
+def walk(tree: CandidateTree, target_choice: Sequence[int]) -> Acceptance:
+    """``target_choice[i]`` is the target's token after node i (argmax or a sample; read
+    only for the nodes the walk reaches)."""
     path, bonus, tested = acceptance_op.walk_host(target_choice, tree.tokens, tree.parents)
     return Acceptance(path=path, tokens=[tree.tokens[i] for i in path] + [bonus], tested=tested)
 
@@ -97,9 +99,9 @@ def accept(tree: CandidateTree, logits: mx.array, sampler: Sampler) -> Acceptanc
             return walk(tree, mx.argmax(scores, axis=-1).tolist())
         uniforms = None
     else:
-        if not on_device:  # drawn among each row's survivors: no vocabulary-sized rows
+        if not on_device:  # drawn among each row's survivors, only on the walk's path
             record("acceptance", kernel=False)
-            return walk(tree, sampler.sample(logits, *_context(tree, sampler)).tolist())
+            return walk(tree, sampler.picks(logits, *_context(tree, sampler)))
         scores = mx.exp(node_logprobs(tree, logits, sampler))
         uniforms = mx.random.uniform(shape=(len(tree),), key=sampler.next_key())
     tokens = mx.array(tree.tokens, dtype=mx.int32)

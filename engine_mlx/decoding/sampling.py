@@ -245,6 +245,21 @@ class Sampler:
             return choice
         return mx.take_along_axis(ids, choice[..., None].astype(mx.int32), axis=-1)[..., 0]
 
+    def picks(
+        self,
+        logits: mx.array,
+        extra: mx.array | None = None,
+        rows: Sequence[Sequence[int]] | None = None,
+    ) -> Sequence[int]:
+        """Each row's token, drawn as ``sample`` draws it but only when read: a verification
+        walk reads the rows on its path (its accepted tokens and one more), so where the C
+        filters run the other rows are never filtered. Each row's draw is independent, so
+        which rows are drawn changes nothing of the distribution of those that are."""
+        host = self._host()
+        if host is None or self.params.greedy:
+            return self.sample(logits, extra, rows).tolist()
+        return _DrawnOnRead(self, host, logits, self.context(logits, extra, rows))
+
     def _host(self) -> HostSampler | None:
         """The C filters where they run: asked for, on the CPU, and built."""
         return host_sampler() if self.native and mx.default_device() == mx.cpu else None
@@ -254,6 +269,20 @@ class Sampler:
     ) -> Filtered:
         """The C filters over ``logits`` (evaluated here): a drawn token per row, or the
         distribution over the vocabulary."""
+        request = self._host_request(logits, context)
+        uniforms = self._rng.random(len(request.logits), dtype=np.float32) if draw else None
+        return host.run(
+            request.logits,
+            request.filters,
+            seen=request.seen,
+            extra=request.extra,
+            forced=request.forced,
+            uniforms=uniforms,
+            dense=not draw,
+        )
+
+    def _host_request(self, logits: mx.array, context: Context) -> _HostRequest:
+        """The C filters' arguments for ``logits`` [..., vocab] (evaluated here) as rows."""
         vocab = logits.shape[-1]
         x = np.asarray(logits.astype(mx.float32)).reshape(-1, vocab)
         p = self.params
@@ -264,7 +293,43 @@ class Sampler:
         forced = None
         if context.forced is not None:
             forced = np.array([-1 if f is None else f for f in context.forced], dtype=np.int32)
-        uniforms = self._rng.random(len(x), dtype=np.float32) if draw else None
-        return host.run(
-            x, asked, seen=seen, extra=extra, forced=forced, uniforms=uniforms, dense=not draw
-        )
+        return _HostRequest(x, asked, seen, extra, forced)
+
+
+@dataclass(frozen=True)
+class _HostRequest:
+    logits: np.ndarray  # [rows, vocab] float32
+    filters: Filters
+    seen: np.ndarray | None
+    extra: np.ndarray | None  # [rows, n]
+    forced: np.ndarray | None  # [rows]
+
+
+class _DrawnOnRead(Sequence[int]):
+    """``Sampler.picks`` on the C filters: row i is filtered and drawn when first read."""
+
+    def __init__(self, sampler: Sampler, host: HostSampler, logits: mx.array, context: Context):
+        self._sampler, self._host = sampler, host
+        self._request = sampler._host_request(logits, context)
+        self._drawn: dict[int, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._request.logits)
+
+    def __getitem__(self, index):  # type: ignore[override]
+        if not isinstance(index, int):
+            return [self[i] for i in range(len(self))[index]]
+        index = range(len(self))[index]
+        if index not in self._drawn:
+            r, one = self._request, slice(index, index + 1)
+            self._drawn[index] = int(
+                self._host.run(
+                    r.logits[one],
+                    r.filters,
+                    seen=r.seen,
+                    extra=None if r.extra is None else r.extra[one],
+                    forced=None if r.forced is None else r.forced[one],
+                    uniforms=self._sampler._rng.random(1, dtype=np.float32),
+                ).tokens[0]
+            )
+        return self._drawn[index]

@@ -143,3 +143,45 @@ def test_the_repetition_penalty_scales_the_contexts_tokens_toward_zero_once():
     off = Sampler(SamplingParams())
     off.remember([0, 1, 2, 3, 4])
     assert off.adjusted(logits).tolist() == logits.tolist()
+
+
+def test_picks_draw_a_row_only_when_read_and_row_zero_as_sample_draws_it(monkeypatch):
+    """A verification walk reads the rows on its path; the others are never filtered. Row 0
+    read first takes the same uniform as ``sample``'s first row, so it is the same token."""
+    from engine_mlx.cpu import sampler as host_module
+
+    if host_module.host_sampler() is None:
+        pytest.skip("the C filters do not build here")
+    params = SamplingParams(temperature=0.7, top_k=20, top_p=0.8, seed=11, repetition_penalty=1.05)
+    logits = mx.array(np.random.default_rng(3).normal(size=(8, 500)).astype(np.float32))
+    expected = Sampler(params).sample(logits).tolist()
+    rows_filtered: list[int] = []
+    run = host_module.HostSampler.run
+
+    def counted(self, x, *args, **kwargs):
+        rows_filtered.append(len(x))
+        return run(self, x, *args, **kwargs)
+
+    monkeypatch.setattr(host_module.HostSampler, "run", counted)
+    picks = Sampler(params).picks(logits)
+    assert len(picks) == 8 and rows_filtered == []
+    assert picks[0] == expected[0]
+    assert picks[5] == picks[5] and picks[-1] == picks[7]  # each row is drawn once
+    assert rows_filtered == [1, 1, 1]
+    assert all(0 <= t < 500 for t in picks[0:8])
+    assert len(rows_filtered) == 8
+
+
+def test_picks_follow_the_filters_distribution():
+    """Row by row, on read, the frequencies are the filtered distribution's."""
+    params = SamplingParams(temperature=1.0, top_k=3, seed=5)
+    row = [2.0, 1.5, 1.0, 0.5, -1.0]
+    logits = mx.array([row, row[::-1]], dtype=mx.float32)
+    sampler = Sampler(params)
+    counts = np.zeros((2, 5))
+    for _ in range(4000):
+        picks = sampler.picks(logits)
+        counts[1, picks[1]] += 1
+        counts[0, picks[0]] += 1
+    expected = np.exp(np.array(sampler.logprobs(logits)))
+    assert np.abs(counts / 4000 - expected).max() < 0.03
