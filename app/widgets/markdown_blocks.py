@@ -55,6 +55,7 @@ def split_fences(source: str, base: int = 0) -> list[Part]:
         i += 1
         chunks: list[str] = []
         offsets: list[int] = []
+        body = pos
         closed = False
         while i < len(lines):
             line = lines[i]
@@ -65,14 +66,17 @@ def split_fences(source: str, base: int = 0) -> list[Part]:
                 break
             cut = min(len(line) - len(line.lstrip(" \t")), indent)
             chunks.append(line[cut:])
-            offsets.extend(range(base + pos + cut, base + pos + len(line)))
+            if indent:  # at the margin the code is the source's run: a range (below)
+                offsets.extend(range(base + pos + cut, base + pos + len(line)))
             pos += len(line)
             i += 1
         code = "".join(chunks)
         if code.endswith("\n"):  # the newline before the closing fence is not part of the code
             code = code[:-1]
-            offsets.pop()
-        parts.append(Part("code", code, offsets, lang.lower(), closed, base + pos))
+            if indent:
+                offsets.pop()
+        where = offsets if indent else range(base + body, base + body + len(code))
+        parts.append(Part("code", code, where, lang.lower(), closed, base + pos))
         prose_start = pos
     if len(source) > prose_start:
         parts.append(_prose(source, prose_start, len(source), base))
@@ -122,10 +126,24 @@ class BlockStream:
         self.finished: list[Part] = []
         self.finished_end = 0  # source index where the open blocks begin
         self.scanned_chars = 0  # characters split so far (the cost of the updates)
+        self._fence: _OpenFence | None = None  # the open block, when it is a fence at the margin
 
     def update(self, text: str) -> tuple[list[Part], list[Part]]:
         """(blocks newly finished, the open blocks after them) for ``text``, which must
         extend the text of earlier calls."""
+        if self._fence is not None:
+            grown = self._fence.grown(text)
+            if grown is not None:
+                self.scanned_chars += len(text) - self._fence.seen
+                self._fence.seen = len(text)
+                return [], [grown]
+            self._fence = None
+        new, open_blocks = self._split(text)
+        if len(open_blocks) == 1:
+            self._fence = _OpenFence.of(text, open_blocks[0])
+        return new, open_blocks
+
+    def _split(self, text: str) -> tuple[list[Part], list[Part]]:
         complete = text.rfind("\n", self.finished_end) + 1
         new: list[Part] = []
         if complete > self.finished_end:
@@ -139,3 +157,47 @@ class BlockStream:
         rest = text[self.finished_end :]
         self.scanned_chars += len(rest)
         return new, split_blocks(rest, self.finished_end) if rest else []
+
+
+@dataclass
+class _OpenFence:
+    """A fence still open at the end of the text, opened at the margin: its code is the text
+    after its opening line, character for character, so a longer text only needs its new
+    lines checked for the closing fence (a model writing a whole file in one block would
+    otherwise have the whole block split again on every update)."""
+
+    body: int  # where its code begins
+    lang: str
+    closer: re.Pattern[str]
+    seen: int  # the text's length when last checked
+    checked: int  # the complete lines before this index hold no closing fence
+
+    @classmethod
+    def of(cls, text: str, part: Part) -> _OpenFence | None:
+        if part.kind != "code" or part.closed or not part.text:
+            return None
+        body = part.offsets[0]
+        opening = text[text.rfind("\n", 0, body - 1) + 1 : body].rstrip("\r\n")
+        fence = _FENCE_OPEN.match(opening)
+        if fence is None or fence.group(1):  # an indented fence cuts its lines: the full path
+            return None
+        mark = fence.group(2)
+        closer = re.compile(rf"^[ \t]*{re.escape(mark[0])}{{{len(mark)},}}[ \t]*$")
+        return cls(body, fence.group(3).lower(), closer, len(text), text.rfind("\n") + 1)
+
+    def grown(self, text: str) -> Part | None:
+        """The open fence's part in ``text``, or None if a line of it may close the fence."""
+        complete = text.rfind("\n", self.checked) + 1
+        for line in text[self.checked : complete].splitlines():
+            if self.closer.match(line.rstrip("\r")):
+                return None
+        self.checked = max(self.checked, complete)
+        tail = text[self.checked :]
+        if tail and self.closer.match(tail.rstrip("\r")):
+            return None
+        code = text[self.body :]
+        if code.endswith("\n"):
+            code = code[:-1]
+        return Part(
+            "code", code, range(self.body, self.body + len(code)), self.lang, False, len(text)
+        )

@@ -107,6 +107,31 @@ def test_blocks_found_as_text_streams_are_the_blocks_of_the_whole() -> None:
     assert len(stream.finished) > 10  # most of it was finished (and kept) on the way
 
 
+FENCED = [
+    "Intro.\n\n```python\n" + "".join(f"x{i} = {i}\n" for i in range(30)) + "```\n\nAfter.\n",
+    "~~~~\n" + "a ~~~ b\n~~~\nstill code\n" * 5 + "~~~~~\nprose\n",
+    "```js\r\nlet a = 1;\r\n``\r\nlet b;\r\n```\r\ndone\r\n",
+    "1. Step:\n\n   ```bash\n   make\n     indented\n   ```\n\n2. Next\n",
+    "```\n" + "line\n" * 20 + "````x\nnot a closer\n```  \nclosed\n```\nreopened",
+]
+
+
+@pytest.mark.parametrize("text", FENCED)
+def test_blocks_at_every_cut_are_the_blocks_of_the_text_so_far(text: str) -> None:
+    """The open fence grows without being split again: what the stream gives at each cut is
+    what splitting that text whole gives (closers, partial closers, longer fences, CRLF,
+    indented fences, a fence opened again)."""
+    for step in (1, 7, 23):  # a character at a time, and lines arriving whole
+        stream = BlockStream()
+        for cut in [*range(step, len(text), step), len(text)]:
+            _, open_blocks = stream.update(text[:cut])
+            got = [(p.kind, p.text, list(p.offsets), p.lang, p.closed, p.end)
+                   for p in stream.finished + open_blocks]  # fmt: skip
+            key = [(p.kind, p.text, list(p.offsets), p.lang, p.closed, p.end)
+                   for p in split_blocks(text[:cut])]  # fmt: skip
+            assert got == key, f"at {cut}: {text[:cut]!r}"
+
+
 def test_finished_streamed_reply_is_the_message_a_reopened_chat_shows(qtbot) -> None:
     text = section(0) + MESSAGES["fences"] + MESSAGES["lists"]
     streamed, reopened = ChatView(), ChatView()
