@@ -103,24 +103,15 @@ class RequestGuard:
         if declared is not None and not declared.strip().isdigit():
             raise ApiError(400, f"Content-Length '{declared}' is not a number of bytes.")
         if declared is not None and int(declared) > self.max_body:
-            if int(declared) <= DRAIN_FACTOR * self.max_body and not await self._discard(receive):
-                return None
-            raise self._too_large()
-        chunks: list[bytes] = []
-        size = 0
-        try:
-            async with asyncio.timeout(self.body_timeout_s):
-                while True:
-                    message = await receive()
-                    if message["type"] == "http.disconnect":
+            if int(declared) <= DRAIN_FACTOR * self.max_body:
+                try:  # read, so the refusal reaches a client still writing
+                    if await self._body(receive, keep=False) is None:
                         return None
-                    chunk = message.get("body", b"")
-                    size += len(chunk)
-                    if size > self.max_body:
-                        raise self._too_large()
-                    chunks.append(chunk)
-                    if not message.get("more_body", False):
-                        return b"".join(chunks)
+                except TimeoutError:
+                    pass  # a body that stalls is refused all the same
+            raise self._too_large()
+        try:
+            return await self._body(receive, keep=True)
         except TimeoutError:
             raise ApiError(
                 408,
@@ -128,19 +119,24 @@ class RequestGuard:
                 code="request_timeout",
             ) from None
 
-    async def _discard(self, receive: Receive) -> bool:
-        """Reads the body without keeping it, so the refusal reaches the client; False when
-        the client left. A body that stalls is cut at the timeout and refused all the same."""
-        try:
-            async with asyncio.timeout(self.body_timeout_s):
-                while True:
-                    message = await receive()
-                    if message["type"] == "http.disconnect":
-                        return False
-                    if not message.get("more_body", False):
-                        return True
-        except TimeoutError:
-            return True
+    async def _body(self, receive: Receive, *, keep: bool) -> bytes | None:
+        """The body as it arrives, kept up to the limit (ApiError past it) or thrown away;
+        None when the client left; TimeoutError past the body timeout."""
+        chunks: list[bytes] = []
+        size = 0
+        async with asyncio.timeout(self.body_timeout_s):
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return None
+                if keep:
+                    chunk = message.get("body", b"")
+                    size += len(chunk)
+                    if size > self.max_body:
+                        raise self._too_large()
+                    chunks.append(chunk)
+                if not message.get("more_body", False):
+                    return b"".join(chunks)
 
     def _too_large(self) -> ApiError:
         mb = self.max_body / 2**20
