@@ -28,8 +28,9 @@ class LiveReply:
         self._stream = BlockStream()
         self._finished: list[str] = []  # the finished blocks' HTML (blank prose left out)
         self._finished_code = 0  # code blocks among them (their copy links' numbers)
-        self._runs: dict[int, tuple[str, str]] = {}  # the open code block's kept runs: text, HTML
+        self._runs: list[str] = []  # the open code block's complete runs of lines, as HTML
         self._runs_of = -1  # where that block starts in the source
+        self._kept_chars = 0  # the block's characters in those runs
         self.rendered_chars = 0  # source characters rendered so far (the cost of the updates)
 
     @property
@@ -56,41 +57,42 @@ class LiveReply:
         return out
 
     def _open_code(self, part: Part, mask: bytes | bytearray | None, code: int) -> list[str]:
-        """The open code block as runs of lines: the complete runs kept, the last redone."""
-        lines = part.text.splitlines(keepends=True)
-        if len(lines) <= CODE_RUN_LINES:
-            return [self._render(part, mask, code, live=True)]
+        """The open code block as runs of lines: the complete runs kept, the last redone.
+        The block's text only grows, so a kept run never changes and is never looked at
+        again: an update splits and renders the lines after the kept runs only."""
         start = part.offsets[0] if len(part.offsets) else -1
         if start != self._runs_of:
-            self._runs, self._runs_of = {}, start
+            self._runs, self._runs_of, self._kept_chars = [], start, 0
+        lines = part.text[self._kept_chars :].splitlines(keepends=True)
+        if not self._runs and len(lines) <= CODE_RUN_LINES:
+            return [self._render(part, mask, code, live=True)]
         href = f"{self._code_href}{code}"
         drafted = block_mask(part, mask)
-        pieces, offset = [], 0
-        kept = (len(lines) - 1) // CODE_RUN_LINES  # the last run keeps 1 to CODE_RUN_LINES
-        for run in range(kept + 1):
-            text = "".join(lines[run * CODE_RUN_LINES : (run + 1) * CODE_RUN_LINES])
-            last = run == kept
-            if last or self._runs.get(run, ("",))[0] != text:
-                self.rendered_chars += len(text)
-                shown = text if last else text[:-1]  # the table's end is the line's end
-                run_mask = drafted[offset : offset + len(shown)] if drafted else None
-                piece = Part("code", shown, range(len(shown)), part.lang, closed=False)
-                html = code_piece_html(
-                    piece,
-                    self._theme,
-                    run_mask if run_mask and any(run_mask) else None,
-                    href,
-                    live=last,
-                    first=run == 0,
-                    last=last,
-                )
-                if last:
-                    pieces.append(html)
-                    break
-                self._runs[run] = (text, html)
-            pieces.append(self._runs[run][1])
-            offset += len(text)
-        return pieces
+        while len(lines) > CODE_RUN_LINES:  # a run complete, with more lines after it
+            run = "".join(lines[:CODE_RUN_LINES])
+            lines = lines[CODE_RUN_LINES:]
+            shown = run[:-1]  # the table's end is the line's end
+            self._runs.append(self._run_html(part, shown, drafted, href, last=False))
+            self._kept_chars += len(run)
+        tail = "".join(lines)
+        return [*self._runs, self._run_html(part, tail, drafted, href, last=True)]
+
+    def _run_html(
+        self, part: Part, text: str, drafted: bytes | None, href: str, *, last: bool
+    ) -> str:
+        """One run of the open block's lines, starting ``_kept_chars`` into it."""
+        self.rendered_chars += len(text)
+        run_mask = drafted[self._kept_chars : self._kept_chars + len(text)] if drafted else None
+        piece = Part("code", text, range(len(text)), part.lang, closed=False)
+        return code_piece_html(
+            piece,
+            self._theme,
+            run_mask if run_mask and any(run_mask) else None,
+            href,
+            live=last,
+            first=not self._runs,
+            last=last,
+        )
 
     def _keep(self, piece: str) -> None:
         if piece:
