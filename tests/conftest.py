@@ -105,10 +105,22 @@ def smollm2_gguf() -> Path:
 
 @pytest.fixture(scope="session")
 def smollm2_dir(smollm2_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The real SmolLM2-135M-Instruct, imported (float16) once per session from its GGUF."""
+    """The real SmolLM2-135M-Instruct as the library holds it (its GGUF's Q4_1 and Q8_0
+    matrices kept quantized), imported once per session."""
+    from engine_mlx.demo import SMOLLM2
     from engine_mlx.models.gguf import import_gguf
 
-    return import_gguf(smollm2_gguf, tmp_path_factory.mktemp("smollm2") / "SmolLM2-135M-Instruct")
+    folder = tmp_path_factory.mktemp("smollm2") / SMOLLM2.name
+    return import_gguf(smollm2_gguf, folder, dtype=SMOLLM2.dtype)
+
+
+@pytest.fixture(scope="session")
+def smollm2_float_dir(smollm2_gguf: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The real SmolLM2-135M-Instruct dequantized to float16: a real float target."""
+    from engine_mlx.models.gguf import import_gguf
+
+    folder = tmp_path_factory.mktemp("smollm2_float") / "SmolLM2-135M-Instruct"
+    return import_gguf(smollm2_gguf, folder, dtype="float16")
 
 
 @pytest.fixture(scope="session")

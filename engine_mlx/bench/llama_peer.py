@@ -16,7 +16,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine_mlx.demo import downloads_dir
+from engine_mlx.demo import BUNDLED, downloads_dir, find_gguf
 from engine_mlx.models.quantize import IMPORT_MARKER, QUANTIZE_MARKER
 
 REPEATS = 3
@@ -37,14 +37,18 @@ class PeerResult:
 
 def source_gguf(model: Path) -> Path | None:
     """The GGUF a model folder was imported from, directly or before it was quantized (the
-    markers name it; the file is looked for in the download cache), or None."""
+    markers name it; the file is looked for in the download cache, then among the bundled
+    models' packages), or None."""
     for marker in (IMPORT_MARKER, QUANTIZE_MARKER):
         try:
             name = json.loads((model / marker).read_text(encoding="utf-8"))["source_name"]
         except (OSError, ValueError, KeyError, TypeError):
             continue
         found = downloads_dir() / str(name)
-        return found if found.is_file() else None
+        if found.is_file():
+            return found
+        bundled = [m for m in BUNDLED.values() if m.gguf_name == name]
+        return find_gguf(bundled[0]) if bundled else None
     return None
 
 

@@ -223,7 +223,10 @@ static inline __m512i dot8(__m512i bytes, __m512i unused, __m512i x) {
   (void)unused;
   return _mm512_dpbusd_epi32(_mm512_setzero_si512(), bytes, x);
 }
-#define SPLIT_BYTES 0 /* 8-bit weights go to dot8 whole */
+/* 8-bit weights go to dot8 whole and unsigned: sum q x. */
+static inline __m512i byte_operand(__m512i packed) { return packed; }
+static inline __m512i byte_magnitudes(__m512i packed) { return packed; }
+#define CENTRED_BYTES 0
 #else
 typedef __m256 dots_f;
 typedef __m256i dots_i;
@@ -268,13 +271,24 @@ static inline __m256i dot4(__m256i lo, __m256i hi, __m256i even, __m256i odd) {
   const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(lo, even), _mm256_maddubs_epi16(hi, odd));
   return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
 }
-static inline __m256i dot8(__m256i lo, __m256i hi, __m256i x) {
-  const __m256i ones = _mm256_set1_epi16(1);
-  const __m256i low = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x), ones);
-  const __m256i high = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x), ones);
-  return _mm256_add_epi32(low, _mm256_slli_epi32(high, 4));
+/* 8 bits: vpmaddubsw's pair sums would overflow int16 with unsigned bytes (2 * 255 * 127), so
+ * the weights are centred, q - 128 (the byte with its top bit flipped, as int8), and multiplied
+ * as llama.cpp multiplies Q8_0: |q - 128| (at most 128, unsigned) times x with the weight's
+ * sign, 2 * 128 * 127 at most. One vpmaddubsw and one vpmaddwd per 32 weights and row, half of
+ * splitting the bytes into nibbles; the dot is then sum (q - 128) x, and ``finish`` adds the
+ * centre's share through x's exact group sums (CENTRED_BYTES). */
+static inline __m256i byte_operand(__m256i packed) {
+  return _mm256_xor_si256(packed, _mm256_set1_epi8((char)0x80));
 }
-#define SPLIT_BYTES 1 /* 8-bit weights go to dot8 as their two nibbles */
+static inline __m256i byte_magnitudes(__m256i packed) {
+  const __m256i centred = byte_operand(packed);
+  return _mm256_sign_epi8(centred, centred);
+}
+static inline __m256i dot8(__m256i centred, __m256i magnitudes, __m256i x) {
+  const __m256i pairs = _mm256_maddubs_epi16(magnitudes, _mm256_sign_epi8(x, centred));
+  return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+}
+#define CENTRED_BYTES 1
 #endif
 
 /* A block of LANES groups' scales or biases from entry ``i``, as floats. */
@@ -304,9 +318,10 @@ static inline void finish(const product *p, int bits, int r0, int rows, int j0, 
     for (int r = 0; r < rows; r++) {
       const size_t row = (size_t)(r0 + r) * groups + g;
       const dots_f sums = MASKED_LOAD(live, p->xsum + row), res = MASKED_LOAD(live, p->xres + row);
+      const dots_f centred = bits == 8 && CENTRED_BYTES ? sums : res; /* the dot's centre */
       for (int j = 0; j < cols; j++) {
         const dots_f total = F_FMA(bias[j], sums, acc[r * cols + j]);
-        acc[r * cols + j] = F_FMA(correction[j], res, total);
+        acc[r * cols + j] = F_FMA(correction[j], centred, total);
       }
     }
   }
@@ -343,8 +358,8 @@ static inline void finish(const product *p, int bits, int r0, int rows, int j0, 
       for (int j = 0; j < J; j++) {                                                           \
         _mm_prefetch((const char *)(w[j] + (size_t)c * CHUNK + AHEAD * row_bytes), _MM_HINT_T0); \
         const dots_i packed = weight_bytes(w[j] + (size_t)c * CHUNK, bytes);                  \
-        const int whole = BITS == 8 && !SPLIT_BYTES;                                          \
-        const dots_i lo = whole ? packed : low_nibbles(packed), hi = high_nibbles(packed);    \
+        const dots_i lo = BITS == 8 ? byte_operand(packed) : low_nibbles(packed);             \
+        const dots_i hi = BITS == 8 ? byte_magnitudes(packed) : high_nibbles(packed);         \
         const dots_f scale = spread(p, p->scales, s[j] + first, groups - first);              \
         for (int r = 0; r < R; r++) {                                                         \
           const int8_t *xc = xr[r] + (size_t)c * 2 * CHUNK;                                   \

@@ -76,11 +76,14 @@ def import_gguf_file(
     cancel: threading.Event | None = None,
 ) -> Path:
     """Import a ``.gguf`` into a library folder named after it (the importer is atomic and
-    skips a GGUF it already imported); ``done``/``total`` count tensors. A drafter's GGUF
+    skips a GGUF it already imported); ``done``/``total`` count tensors. Q4_0, Q4_1 and Q8_0
+    matrices stay as the file holds them (``QUANTIZED``): a quarter of float16's size and
+    bytes to read per token. A drafter's GGUF
     (llama.cpp's ``dflash`` architecture) becomes a drafter folder, when a model of the
     library fits it."""
     from engine_mlx.models.gguf import import_gguf
     from engine_mlx.models.gguf.drafter import is_drafter_gguf
+    from engine_mlx.models.gguf.importer import QUANTIZED
 
     root = Path(root) if root is not None else models_dir()
     gguf = Path(gguf).expanduser()
@@ -95,7 +98,8 @@ def import_gguf_file(
         reporter.total = reporter.file_size = total
         reporter.advance(done - reporter.done)
 
-    out = import_gguf(gguf, _import_folder(root, gguf.stem), progress=on_tensor)
+    folder = _import_folder(root, gguf.stem)
+    out = import_gguf(gguf, folder, dtype=QUANTIZED, progress=on_tensor)
     reporter.file_finished()
     reporter.emit(force=True, phase="installed")
     return out

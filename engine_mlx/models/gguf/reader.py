@@ -32,6 +32,7 @@ _T = GGMLQuantizationType
 # float16 (lossy for BF16, whose range float16 cannot hold).
 _MX_NATIVE_TYPES = frozenset({_T.F32, _T.F16, _T.Q4_0, _T.Q4_1, _T.Q8_0})
 _MX_QUANT_BITS = {_T.Q4_0: 4, _T.Q4_1: 4, _T.Q8_0: 8}
+GGUF_GROUP = 32  # the weights per block of those types, MLX's group size for them
 
 # GGUF metadata value types (the on-disk type ids of the GGUF spec).
 _SCALAR_FORMATS: dict[int, tuple[str, Any]] = {
@@ -331,5 +332,29 @@ def take_dequantized(g: GGUFFile, loaded: dict[str, mx.array] | None, info: Tens
         # float32 scales/biases: the dequantization is then bit-exact w.r.t. llama.cpp's.
         scales, biases = scales.astype(mx.float32), biases.astype(mx.float32)
         bits = _MX_QUANT_BITS[_T(info.qtype)]
-        weight = mx.dequantize(weight, scales, biases, group_size=32, bits=bits)
+        weight = mx.dequantize(weight, scales, biases, group_size=GGUF_GROUP, bits=bits)
     return weight.astype(mx.float32)
+
+
+def take_quantized(
+    loaded: dict[str, mx.array] | None, info: TensorInfo
+) -> tuple[mx.array, mx.array, mx.array, int] | None:
+    """The tensor as MLX's affine-quantized triple (packed weights, scales, biases, bits), or
+    None where it is not a type MLX holds exactly (then :func:`take_dequantized` reads it).
+
+    Q4_0, Q4_1 and Q8_0 are blocks of 32 weights with one float16 step (and offset): MLX's
+    affine layout in groups of 32 holds them as they are (``mx.load`` translates them), so the
+    weights stay the file's own bits and a quarter (8-bit: half) of float16's bytes. The
+    tensor's entries are removed from ``loaded``.
+    """
+    bits = _MX_QUANT_BITS.get(_T(info.qtype)) if info.qtype in _MX_QUANT_BITS else None
+    if loaded is None or bits is None or len(info.shape) != 2:
+        return None
+    base = info.name.removesuffix(".weight")
+    parts = [loaded.get(name) for name in (info.name, base + ".scales", base + ".biases")]
+    if any(part is None for part in parts):
+        return None
+    for name in (info.name, base + ".scales", base + ".biases"):
+        del loaded[name]
+    weight, scales, biases = parts
+    return weight, scales, biases, bits

@@ -106,10 +106,10 @@ def test_same_greedy_tokens_as_the_blas_alone(tiny_model_dir, arch):
 
 
 @pytest.mark.slow
-def test_the_demo_model_decodes_the_same_tokens_as_with_the_blas_alone(smollm2_dir):
+def test_a_float_model_decodes_the_same_tokens_as_with_the_blas_alone(smollm2_float_dir):
     prompt = "Explain what a hash map is, in three sentences."
-    with_product, _ = _greedy_tokens(str(smollm2_dir), {}, prompt, 64)
-    without, _ = _greedy_tokens(str(smollm2_dir), {"FLASHCHAT_SMALL_GEMM": "0"}, prompt, 64)
+    with_product, _ = _greedy_tokens(str(smollm2_float_dir), {}, prompt, 64)
+    without, _ = _greedy_tokens(str(smollm2_float_dir), {"FLASHCHAT_SMALL_GEMM": "0"}, prompt, 64)
     assert with_product == without and len(with_product) >= 32
 
 

@@ -17,6 +17,7 @@ import pytest
 from gguf import GGML_QUANT_SIZES
 from gguf import GGMLQuantizationType as T
 
+from engine_mlx.demo import SMOLLM2
 from engine_mlx.errors import GGUFImportError
 from engine_mlx.models.gguf import MARKER_NAME, import_gguf, importer, is_imported
 from tests.engine_mlx.models.gguf.synthetic import (
@@ -441,7 +442,7 @@ def test_smollm2_knows_the_capital_of_france(smollm2: tuple[Any, Any]) -> None:
 def test_smollm2_reimport_is_instant(smollm2_gguf: Path, smollm2_dir: Path) -> None:
     stamp = (smollm2_dir / MARKER_NAME).stat().st_mtime_ns
     t0 = time.perf_counter()
-    import_gguf(smollm2_gguf, smollm2_dir, dtype="float16")
+    import_gguf(smollm2_gguf, smollm2_dir, dtype=SMOLLM2.dtype)
     assert time.perf_counter() - t0 < 0.5
     assert (smollm2_dir / MARKER_NAME).stat().st_mtime_ns == stamp
 
@@ -456,3 +457,53 @@ def test_import_gguf_quantize_writes_an_mlx_quantized_model(mlx_gguf, tmp_path, 
     assert config["quantization"]["bits"] == 4
     assert TargetModel.load(out).quantized_layers > 0
     assert [p.name for p in out.parent.iterdir()] == ["tiny-4bit"]  # the scratch import is gone
+
+
+def test_the_quantized_form_keeps_q4_and_q8_matrices_as_the_file_holds_them(
+    tmp_path: Path, tiny_ggufs: dict[str, tuple[Path, dict]]
+) -> None:
+    from engine_mlx.models.gguf.architecture import decoder_spec, tensor_plan
+    from engine_mlx.models.gguf.reader import read_gguf
+    from engine_mlx.models.target import TargetModel
+
+    path, expected = tiny_ggufs["mlx"]
+    out = import_gguf(path, tmp_path / "q", dtype="quantized")
+    bits_of = {T.Q4_0: 4, T.Q4_1: 4, T.Q8_0: 8}
+    plan = {hf: gguf for gguf, hf, _shape, _heads in tensor_plan(decoder_spec(read_gguf(path)))}
+    kept = {hf.removesuffix(".weight"): bits_of[MLX_TYPES[g]] for hf, g in plan.items()
+            if MLX_TYPES[g] in bits_of}  # fmt: skip
+    assert {4, 8} <= set(kept.values())  # both widths, permuted q/k rows among them
+
+    quantization = read_json(out / "config.json")["quantization"]
+    assert {p: quantization[p]["bits"] for p in kept} == kept
+    assert all(quantization[p]["group_size"] == 32 for p in kept)
+    arrays = mx.load(str(out / "model.safetensors"))
+    for name, want in expected.items():
+        module = name.removesuffix(".weight")
+        if module in kept:  # the file's own bits: dequantized, exactly llama.cpp's floats
+            scales, biases = (
+                arrays[f"{module}.{p}"].astype(mx.float32) for p in ("scales", "biases")
+            )
+            got = mx.dequantize(arrays[name], scales, biases, group_size=32, bits=kept[module])
+        else:  # everything else is float16, as in the float16 form
+            assert arrays[name].dtype == mx.float16, name
+            got, want = arrays[name], mx.array(want).astype(mx.float16)
+        assert np.array_equal(
+            np.array(got.astype(mx.float32)), np.array(mx.array(want).astype(mx.float32))
+        ), name
+
+    assert read_json(out / MARKER_NAME)["dtype"] == "quantized"
+    assert is_imported(out, path, "quantized") and not is_imported(out, path, "float16")
+    target = TargetModel.load(out)
+    assert target.quantized_layers == len(kept)
+
+
+def test_the_quantized_form_of_a_file_without_such_matrices_is_float16(
+    tmp_path: Path, tiny_ggufs: dict[str, tuple[Path, dict]]
+) -> None:
+    path, _expected = tiny_ggufs["numpy"]  # K-quants and BF16: mx.load cannot read it whole
+    out = import_gguf(path, tmp_path / "q", dtype="quantized")
+    assert "quantization" not in read_json(out / "config.json")
+    assert {str(a.dtype) for a in mx.load(str(out / "model.safetensors")).values()} == {
+        "mlx.core.float16"
+    }
