@@ -598,7 +598,75 @@ static inline vf bytes(const uint8_t *p) {
 TILES(4)
 TILES(8)
 
+/* ---- float16 weights (bits 16): a float16 checkpoint computed in float32 ----
+ *
+ * A float model's decoding reads every weight once a token, as a quantized one does; kept as
+ * the checkpoint's float16 (exactly its values, half of float32's bytes) and widened in
+ * registers, the same tiles serve, without groups, scales or biases. */
+
+/* VW consecutive float16 values as floats. */
+static inline vf half_floats(const uint16_t *h) {
+#if VW == 16
+  return (vf)_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)h));
+#elif VW == 8 && defined(__F16C__)
+  return (vf)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
+#elif VW == 4 && defined(__F16C__)
+  return (vf)_mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)h));
+#else
+  float lanes[VW];
+  for (int i = 0; i < VW; i++) {
+    _Float16 value;
+    memcpy(&value, h + i, sizeof(value));
+    lanes[i] = (float)value;
+  }
+  vf v;
+  memcpy(&v, lanes, sizeof(v));
+  return v;
+#endif
+}
+
+#define HALF_TILE(R, J) HALF_TILE_(R, J)
+#define HALF_TILE_(R, J)                                                                  \
+  static void half_tile_##R##_##J(const product *p, int r0, int j0) {                     \
+    vf acc[R * J];                                                                        \
+    for (int i = 0; i < R * J; i++) acc[i] = (vf){0};                                     \
+    const uint16_t *wr[J];                                                                \
+    for (int j = 0; j < J; j++) wr[j] = (const uint16_t *)p->q + (size_t)(j0 + j) * p->k; \
+    const float *xr[R];                                                                   \
+    for (int r = 0; r < R; r++) xr[r] = p->x + (size_t)(r0 + r) * p->k;                   \
+    for (int kk = 0; kk < p->k; kk += VW) {                                               \
+      vf x[R];                                                                            \
+      for (int r = 0; r < R; r++) x[r] = load(xr[r] + kk);                                \
+      for (int j = 0; j < J; j++) {                                                       \
+        const vf w = half_floats(wr[j] + kk);                                             \
+        for (int r = 0; r < R; r++) acc[r * J + j] += x[r] * w;                           \
+      }                                                                                   \
+    }                                                                                     \
+    for (int r = 0; r < R; r++)                                                           \
+      for (int j = 0; j < J; j++)                                                         \
+        p->y[(size_t)(r0 + r) * p->n + j0 + j] = reduce(acc[r * J + j]);                 \
+  }
+
+HALF_TILE(1, 1) HALF_TILE(1, COLS) HALF_TILE(2, COLS) HALF_TILE(3, COLS) HALF_TILE(4, COLS)
+
+static void block_16(const product *p, int r0, int rows, int j0, int cols) {
+  if (cols == COLS) {
+    switch (rows) {
+      case 4: half_tile_4_4(p, r0, j0); return;
+      case 3: half_tile_3_4(p, r0, j0); return;
+      case 2: half_tile_2_4(p, r0, j0); return;
+      default: half_tile_1_4(p, r0, j0); return;
+    }
+  }
+  for (int r = 0; r < rows; r++)
+    for (int j = 0; j < cols; j++) half_tile_1_1(p, r0 + r, j0 + j);
+}
+
 static void block(const product *p, int r0, int rows, int j0, int cols) {
+  if (p->bits == 16) {
+    block_16(p, r0, rows, j0, cols);
+    return;
+  }
 #if INT8_DOTS
   if (p->int8) {
 #if FOLDS
@@ -646,6 +714,14 @@ static void part(const void *ctx, int index, int parts) {
 /* Below this many weights x rows a second thread costs more than it saves. */
 #define SPLIT_WORK 65536
 
+/* Whether k, bits and group are a layout the product holds: 4 or 8 bits in groups of 32, 64
+ * or 128 along k, or float16 weights (bits 16, group k) with k whole vectors. */
+static int valid_shape(int k, int bits, int group) {
+  if (bits == 16) return k >= VW && k % VW == 0 && group == k;
+  return k >= 1 && (bits == 4 || bits == 8) && group >= 32 && group <= 128 &&
+         (group & (group - 1)) == 0 && k % group == 0;
+}
+
 /* ---- dequantization, for prefill: float32 rows of W for the BLAS ---- */
 
 typedef struct {
@@ -663,6 +739,10 @@ static void unpack_part(const void *ctx, int index, int parts) {
   for (int n = begin; n < end; n++) {
     const uint8_t *q = u->q + (size_t)n * row_bytes;
     float *out = u->out + (size_t)n * u->k;
+    if (u->bits == 16) {
+      for (int kk = 0; kk < u->k; kk += VW) store_vector(out + kk, half_floats((const uint16_t *)q + kk));
+      continue;
+    }
     for (int g = 0; g < groups; g++) {
       const vf scale = splat(param(u->scales, u->half, (size_t)n * groups + g));
       const vf bias = splat(param(u->biases, u->half, (size_t)n * groups + g));
@@ -678,9 +758,8 @@ static void unpack_part(const void *ctx, int index, int parts) {
  * through the few-row product. */
 int fq_dequantize(int rows, int k, int bits, int group, const uint32_t *q, const void *scales,
                   const void *biases, int half, float *out, int threads) {
-  if (rows < 1 || k < 1 || (bits != 4 && bits != 8) || group < 32 || group % VW != 0 ||
-      k % group != 0)
-    return -1;
+  if (!valid_shape(k, bits, group)) return -1;
+  if (rows < 1) return -1;
   const unpacking u = {rows, k, bits, group, (const uint8_t *)q, scales, biases, half, out};
   if (parallel && threads > 1 && (long)rows * k >= SPLIT_WORK)
     parallel(unpack_part, &u, threads);
@@ -708,10 +787,9 @@ void fq_set_pool(parallel_fn fn) { parallel = fn; }
  * for int8 activations, where the build has them. */
 int fq_gemm(int m, int n, int k, int bits, int group, const float *x, const uint32_t *q,
             const void *scales, const void *biases, int half, float *y, int threads, int int8) {
-  if (m < 1 || n < 1 || k < 1 || (bits != 4 && bits != 8) || group < 32 || group > 128 ||
-      (group & (group - 1)) != 0 || k % group != 0)
-    return -1;
-  product p = {.m = m, .n = n, .k = k, .bits = bits, .group = group, .int8 = int8 && INT8_DOTS,
+  if (m < 1 || n < 1 || !valid_shape(k, bits, group)) return -1;
+  product p = {.m = m, .n = n, .k = k, .bits = bits, .group = group,
+               .int8 = int8 && INT8_DOTS && bits != 16,
                .x = x, .q = (const uint8_t *)q, .scales = scales, .biases = biases,
                .half = half, .y = y};
   char *scratch = 0;

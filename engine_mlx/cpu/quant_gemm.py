@@ -201,3 +201,28 @@ class QuantizedMatrix:
         if status != 0:
             raise ValueError(f"no dequantization for {self.bits} bits in groups of {self.group}")
         return out
+
+
+class HalfMatrix(QuantizedMatrix):
+    """Float16 weights for the same product (bits 16): a float16 checkpoint computed in
+    float32 reads each weight as its file holds it, half of float32's bytes, through the
+    quantized layers' tiles and the C decoder layer. ``weights`` [n, k] must hold float16
+    values exactly (ValueError otherwise: the product would not be the model's)."""
+
+    def __init__(self, gemm: QuantGemm, weights: np.ndarray) -> None:
+        if weights.ndim != 2 or weights.shape[1] % gemm.vector_width():
+            raise ValueError(f"no float16 product for weights of shape {weights.shape}")
+        half = np.ascontiguousarray(weights, dtype=np.float16)
+        if weights.dtype != np.float16 and not np.array_equal(half, weights):
+            raise ValueError("the weights are not float16 values")
+        self.packed = half
+        self.scales = self.biases = np.zeros(HALF_PADDING, dtype=np.float16)  # never read
+        self.n, self.k = half.shape
+        self.bits, self.group, self.half = 16, self.k, False
+        self._gemm = gemm
+        self._call = gemm.library.fq_gemm
+        self._unpack = gemm.library.fq_dequantize
+        self._pointers = (half.ctypes.data, self.scales.ctypes.data, self.biases.ctypes.data)
+
+    def rows(self, ids: np.ndarray) -> HalfMatrix:
+        return HalfMatrix(self._gemm, self.packed[ids])

@@ -20,7 +20,8 @@
 #include "quant_gemm.c"
 #include "vector_exp.h"
 
-/* One weight matrix in MLX's layout, as quant_gemm.c takes it; bias: [n] or NULL. */
+/* One weight matrix in MLX's layout, as quant_gemm.c takes it (bits 16: float16 weights, q
+ * pointing at them, group k); bias: [n] or NULL. */
 typedef struct {
   const uint32_t *q;
   const void *scales, *biases; /* float32, or float16 where ``half`` (see quant_gemm.c) */
@@ -70,7 +71,7 @@ static int multiply_shared(const fq_matrix *const *w, float *const *y, int count
   products s = {.count = count};
   for (int i = 0; i < count; i++)
     s.p[i] = (product){.m = m, .n = w[i]->n, .k = w[i]->k, .bits = w[i]->bits,
-                       .group = w[i]->group, .int8 = int8 && INT8_DOTS, .x = x,
+                       .group = w[i]->group, .int8 = int8 && INT8_DOTS && w[i]->bits != 16, .x = x,
                        .q = (const uint8_t *)w[i]->q, .scales = w[i]->scales,
                        .biases = w[i]->biases, .half = w[i]->half, .y = y[i]};
   char *scratch = 0;

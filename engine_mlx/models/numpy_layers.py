@@ -38,6 +38,7 @@ from engine_mlx.models.quantized import (
     THREADS,
     CpuQuantizedLinear,
     CpuQuantizedMLP,
+    engine_product,
     multiply_rows,
 )
 
@@ -107,8 +108,7 @@ class NumpyLayer:
             return False
         linears = [getattr(attn, name, None) for name in ("q_proj", "k_proj", "v_proj", "o_proj")]
         plain_bias = all(
-            type(p) is CpuQuantizedLinear and ("bias" not in p or p._bias is not None)
-            for p in linears
+            engine_product(p) and ("bias" not in p or p._bias is not None) for p in linears
         )
         norms = [layer.input_layernorm, layer.post_attention_layernorm]
         norms += [getattr(attn, n) for n in ("q_norm", "k_norm") if hasattr(attn, n)]

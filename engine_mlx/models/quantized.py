@@ -163,8 +163,7 @@ class CpuQuantizedMLP(nn.Module):
 
     def numpy_ready(self) -> bool:
         """Whether all three products are the engine's (not, e.g., a dequantized copy's)."""
-        parts = (self.gate_proj, self.up_proj, self.down_proj)
-        return all(isinstance(part, CpuQuantizedLinear) for part in parts)
+        return all(engine_product(p) for p in (self.gate_proj, self.up_proj, self.down_proj))
 
     def numpy_forward(self, rows: np.ndarray) -> np.ndarray:
         """The MLP of ``rows`` [L, in] as numpy, [L, out]."""
@@ -183,11 +182,25 @@ class CpuQuantizedMLP(nn.Module):
         return mx.array(y).reshape(*x.shape[:-1], down._matrix.n)
 
 
+def engine_product(layer: Any) -> bool:
+    """Whether ``layer`` multiplies through the engine's product: quantized weights, or a
+    float16 checkpoint's (``half_layers``)."""
+    return getattr(layer, "_matrix", None) is not None and isinstance(layer, nn.Module)
+
+
 def _fusable_mlp(module: Any) -> bool:
     parts = [getattr(module, name, None) for name in ("gate_proj", "up_proj", "down_proj")]
     return type(module) in _swiglu_mlp_types() and all(
-        type(part) is CpuQuantizedLinear and "bias" not in part for part in parts
+        engine_product(part) and "bias" not in part for part in parts
     )
+
+
+def fuse_mlps(model: nn.Module) -> None:
+    """Make every gated MLP whose three products are the engine's one step (``CpuQuantizedMLP``)."""
+    for _, module in model.named_modules():
+        mlp = getattr(module, "mlp", None)
+        if _fusable_mlp(mlp):
+            module.mlp = CpuQuantizedMLP(mlp)
 
 
 def install(model: nn.Module, *, int8: bool = True) -> int:
@@ -214,10 +227,7 @@ def install(model: nn.Module, *, int8: bool = True) -> int:
 
     leaves = tree_map_with_path(swap, model.leaf_modules(), is_leaf=nn.Module.is_module)
     model.update_modules(leaves)
-    for _, module in model.named_modules():
-        mlp = getattr(module, "mlp", None)
-        if _fusable_mlp(mlp):
-            module.mlp = CpuQuantizedMLP(mlp)
+    fuse_mlps(model)
     return swapped
 
 

@@ -25,7 +25,14 @@ from mlx_lm.models.cache import ArraysCache, KVCache, make_prompt_cache
 from engine_mlx.backend import compute_dtype
 from engine_mlx.errors import ModelLoadError
 from engine_mlx.kernels import kv_compact
-from engine_mlx.models import attention, exact_attention, numpy_layers, quantized, swiglu
+from engine_mlx.models import (
+    attention,
+    exact_attention,
+    half_layers,
+    numpy_layers,
+    quantized,
+    swiglu,
+)
 from engine_mlx.models.loading import ModelSpec, validate_model_folder
 from engine_mlx.models.numpy_rope import NumpyRoPE
 from engine_mlx.thinking import thinking_markers
@@ -90,7 +97,9 @@ class TargetModel:
         # On the CPU: the engine's product, with int8 activations where the decoding and
         # verification rows agree to the bit (attention-only targets: exact_attention).
         self.quantized_layers = quantized.install(model, int8=not self.is_hybrid)
-        self.exact_attention = quantized.rounds_activations(model)
+        # A float16 checkpoint's layers: the same product over its float16 weights.
+        self.half_layers = 0 if self.is_hybrid else half_layers.install(model)
+        self.exact_attention = quantized.rounds_activations(model) or self.half_layers > 0
         self.inner = model.model
         self.layers = list(model.layers)
         owner = getattr(model, "language_model", model)
@@ -101,7 +110,7 @@ class TargetModel:
             attn = getattr(layer, "self_attn", None)
             if attn is not None and not isinstance(attn.rope, PositionedRoPE):
                 attn.rope = PositionedRoPE(attn.rope, self._positions)
-            if attn is not None and self.quantized_layers:  # the graph is left at every
+            if attn is not None and (self.quantized_layers or self.half_layers):  # left at every
                 attn.rope.rotate_in_numpy()  # product anyway: rotate in numpy too
         attention.install(
             {

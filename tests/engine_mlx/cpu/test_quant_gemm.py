@@ -10,7 +10,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from engine_mlx.cpu.quant_gemm import QuantGemm
+from engine_mlx.cpu.quant_gemm import HalfMatrix, QuantGemm
 from engine_mlx.cpu.quantized_product import product as shared_product
 from tests.engine_mlx.cpu.builds import skip_unless_runnable
 
@@ -188,3 +188,32 @@ def test_float16_scales_give_the_bits_of_their_float32_copies(product, bits, int
     assert np.array_equal(got, want)
     rows = [m.dequantize(7, np.empty((38, 416), np.float32)) for m in (halves, floats)]
     assert np.array_equal(*rows)
+
+
+@pytest.mark.parametrize(("march", "lanes", "int8"), BUILDS)
+def test_float16_weights_multiply_as_float32_with_each_rows_bits_its_own(march, lanes, int8):
+    """A float16 checkpoint's weights (bits 16): the product is x @ W^T within float32
+    rounding, on every build; a row's bits do not depend on the rows or threads beside it."""
+    skip_unless_runnable(march)
+    build = QuantGemm(march)
+    rng = np.random.default_rng(16)
+    weights = rng.standard_normal((70, 192)).astype(np.float16)
+    x = rng.standard_normal((9, 192)).astype(np.float32)
+    matrix = HalfMatrix(build, weights.astype(np.float32))  # float32 holding float16 values
+    assert (matrix.bits, matrix.n, matrix.k) == (16, 70, 192)
+    every = matrix.multiply(x, threads=2, int8=True)  # int8 does not apply to float weights
+    want = x.astype(np.float64) @ weights.astype(np.float64).T
+    np.testing.assert_allclose(every, want, rtol=1e-5, atol=1e-5)
+    for rows in (1, 2, 5):
+        assert np.array_equal(matrix.multiply(x[:rows]), every[:rows])
+    unpacked = matrix.dequantize(3, np.empty((4, 192), np.float32))
+    assert np.array_equal(unpacked, weights[3:7].astype(np.float32))
+    assert np.array_equal(matrix.rows(np.array([5, 1])).multiply(x), every[:, [5, 1]])
+
+
+def test_weights_that_are_not_float16_values_are_refused(product):
+    rng = np.random.default_rng(2)
+    with pytest.raises(ValueError, match="not float16 values"):
+        HalfMatrix(product, rng.standard_normal((8, 64)).astype(np.float32))
+    with pytest.raises(ValueError, match="shape"):
+        HalfMatrix(product, np.zeros((8, 60), np.float16))  # not whole vectors
