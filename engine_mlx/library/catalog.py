@@ -102,8 +102,12 @@ def _quantization(config: dict[str, Any], weights: list[Path] = ()) -> str:
 
     q = config.get("quantization") or config.get("quantization_config")
     if isinstance(q, dict):
-        if q.get("bits"):
-            return f"{q['bits']}-bit" + (f", group {q['group_size']}" if "group_size" in q else "")
+        if q.get("bits"):  # modules named with other bits (a GGUF's 8-bit head): "4/8-bit"
+            bits = {q["bits"]} | {
+                v["bits"] for v in q.values() if isinstance(v, dict) and "bits" in v
+            }
+            width = "/".join(str(b) for b in sorted(bits))
+            return f"{width}-bit" + (f", group {q['group_size']}" if "group_size" in q else "")
         if q.get("quant_method"):
             return str(q["quant_method"])
     dtype = str(text_config(config).get("torch_dtype") or config.get("dtype") or "")

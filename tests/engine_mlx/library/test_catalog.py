@@ -93,6 +93,11 @@ def test_suggests_z_lab_drafters_for_known_qwen_shapes(library: Path, tiny_model
     (folder / "config.json").write_text(json.dumps(config))
     models = list_installed(library)
     assert models[0].quantization == "4-bit, group 64"
+    config["quantization"]["model.embed_tokens"] = {"bits": 8, "group_size": 64}  # a GGUF's head
+    (folder / "config.json").write_text(json.dumps(config))
+    assert list_installed(library)[0].quantization == "4/8-bit, group 64"
+    config["quantization"].pop("model.embed_tokens")
+    (folder / "config.json").write_text(json.dumps(config))
     (suggested,) = suggestions(models)
     assert suggested.repo_id == "z-lab/Qwen3-4B-DFlash-b16"
     assert suggested.target == "Qwen3-4B-4bit" and "Qwen3-4B" in suggested.reason
