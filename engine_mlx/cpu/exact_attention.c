@@ -77,32 +77,29 @@ static inline const float *value_row(const slots *s, int slot, int d) {
   return slot < s->split ? s->v + (size_t)slot * d : s->v2 + (size_t)(slot - s->split) * d;
 }
 
-/* The dot products of q with ``live`` keys (the rest of the VW zero), side by side. Each key's
- * sum runs over d in order; the keys' chains are interleaved (d outer, keys inner), so the
- * multiply-adds of VW keys overlap instead of each waiting on its own previous one (the scores
- * were bound by that latency: 4 cycles a multiply-add). */
-static inline vf key_block(int d, const float *q, const slots *kv, const int *idx, int live) {
-  const float *keys[VW];
-  vf acc[VW];
-  for (int l = 0; l < VW; l++) {
-    keys[l] = key_row(kv, idx[l < live ? l : 0], d);
-    acc[l] = (vf){0};
-  }
-  for (int c = 0; c < d; c += VW) {
-    const vf qc = load(q + c);
-    for (int l = 0; l < VW; l++) acc[l] += qc * load(keys[l] + c);
-  }
-  for (int l = live; l < VW; l++) acc[l] = (vf){0};
-  return lane_sums(acc);
-}
-
 /* One row, one head: scores over the row's keys, softmax, weighted sum of values. */
 static void attend_one(int d, const float *q, const slots *kv, const int *idx, int count,
                        float scale, float *scores, float *out) {
   int j = 0;
-  for (; j + VW <= count; j += VW) store_vector(scores + j, key_block(d, q, kv, idx + j, VW) * scale);
+  for (; j + VW <= count; j += VW) { /* VW keys at a time, their dot products side by side */
+    vf acc[VW];
+    for (int l = 0; l < VW; l++) {
+      const float *key = key_row(kv, idx[j + l], d);
+      acc[l] = (vf){0};
+      for (int c = 0; c < d; c += VW) acc[l] += load(q + c) * load(key + c);
+    }
+    const vf block = lane_sums(acc) * scale;
+    store_vector(scores + j, block);
+  }
   if (j < count) { /* the last keys as a block too, the missing ones zero */
-    const vf block = key_block(d, q, kv, idx + j, count - j) * scale;
+    vf acc[VW];
+    for (int l = 0; l < VW; l++) {
+      acc[l] = (vf){0};
+      if (j + l >= count) continue;
+      const float *key = key_row(kv, idx[j + l], d);
+      for (int c = 0; c < d; c += VW) acc[l] += load(q + c) * load(key + c);
+    }
+    const vf block = lane_sums(acc) * scale;
     memcpy(scores + j, &block, sizeof(float) * (size_t)(count - j));
   }
   float top = -INFINITY;
@@ -115,32 +112,16 @@ static void attend_one(int d, const float *q, const slots *kv, const int *idx, i
   float total = reduce(sums);
   for (; j < count; j++) total += scores[j];
   const float inverse = 1.0f / total;
-  /* The weighted sum, PV_BLOCK vectors of the output at a time held in registers over all the
-   * keys (an array indexed by a run-time d lived on the stack, and each key's multiply-add
-   * waited on the last one's store: half the attention's time). Each output lane still sums the
-   * keys in order. */
-  enum { PV_BLOCK = 4 };
-  const int vectors = d / VW;
-  int c = 0;
-  for (; c + PV_BLOCK <= vectors; c += PV_BLOCK) {
-    vf a0 = (vf){0}, a1 = (vf){0}, a2 = (vf){0}, a3 = (vf){0};
-    for (j = 0; j < count; j++) {
-      const float *value = value_row(kv, idx[j], d) + c * VW;
-      const vf weight = (vf){0} + scores[j];
-      a0 += weight * load(value);
-      a1 += weight * load(value + VW);
-      a2 += weight * load(value + 2 * VW);
-      a3 += weight * load(value + 3 * VW);
-    }
-    store_vector(out + c * VW, a0 * inverse);
-    store_vector(out + (c + 1) * VW, a1 * inverse);
-    store_vector(out + (c + 2) * VW, a2 * inverse);
-    store_vector(out + (c + 3) * VW, a3 * inverse);
+  enum { MAX_D = 512 };
+  vf acc[MAX_D / VW];
+  for (int c = 0; c < d / VW; c++) acc[c] = (vf){0};
+  for (j = 0; j < count; j++) {
+    const float *value = value_row(kv, idx[j], d);
+    const vf weight = (vf){0} + scores[j];
+    for (int c = 0; c < d / VW; c++) acc[c] += weight * load(value + c * VW);
   }
-  for (; c < vectors; c++) {
-    vf a = (vf){0};
-    for (j = 0; j < count; j++) a += ((vf){0} + scores[j]) * load(value_row(kv, idx[j], d) + c * VW);
-    store_vector(out + c * VW, a * inverse);
+  for (int c = 0; c < d / VW; c++) {
+    store_vector(out + c * VW, acc[c] * inverse);
   }
 }
 

@@ -8,7 +8,6 @@ Built like the other kernels (``small_gemm.library_path``: the system C compiler
 from __future__ import annotations
 
 import ctypes
-import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,11 +25,6 @@ class Slots:
 
     idx: np.ndarray
     starts: np.ndarray
-
-    @functools.cached_property
-    def addresses(self) -> tuple[int, int]:
-        """Where ``idx`` and ``starts`` lie, taken once: a forward's every layer passes them."""
-        return self.idx.ctypes.data, self.starts.ctypes.data
 
     @staticmethod
     def of(allowed: list[np.ndarray]) -> Slots:
@@ -89,13 +83,14 @@ class ExactAttention:
         if k2.shape != v2.shape or k2.shape[0] != k.shape[0] or k2.shape[2] != d:
             raise ValueError(f"new rows of shape {k2.shape} do not fit a cache of {k.shape}")
         slots = allowed if isinstance(allowed, Slots) else Slots.of(allowed)
-        if len(slots.starts) != rows + 1:
-            raise ValueError(f"allowed slots for {len(slots.starts) - 1} rows, queries for {rows}")
+        idx, starts = slots.idx, slots.starts
+        if len(starts) != rows + 1:
+            raise ValueError(f"allowed slots for {len(starts) - 1} rows, queries for {rows}")
         out = np.empty_like(q)
         status = self.library.ea_attend(
             rows, heads, k.shape[0], d, q.ctypes.data, k.ctypes.data, v.ctypes.data,
             k.strides[0] // 4, k2.ctypes.data, v2.ctypes.data, k2.strides[0] // 4, split,
-            *slots.addresses, scale, out.ctypes.data, threads,
+            idx.ctypes.data, starts.ctypes.data, scale, out.ctypes.data, threads,
         )  # fmt: skip
         if status == -2:
             raise MemoryError("no memory for the attention's scores")
