@@ -59,6 +59,16 @@ class EngineWorker(QObject):
         self.generation_thread_id: int | None = None
         self._served_emit = 0.0
         self._remote: RemoteSession | None = None
+        self._kernels_reported: set[str] = set()
+
+    def _report_switched_off(self, off: dict[str, str]) -> None:
+        """A GPU kernel that failed its first-use check (``kernels.self_check``): said once, in
+        the status bar; its reference op answers instead, and replies do not change."""
+        new = {op: why for op, why in off.items() if op not in self._kernels_reported}
+        if new:
+            self._kernels_reported.update(new)
+            named = "; ".join(f"{op.replace('_', ' ')}: {why}" for op, why in sorted(new.items()))
+            self.notice.emit(f"GPU kernel switched off, its reference runs instead ({named})")
 
     @property
     def session(self) -> Session | None:
@@ -244,5 +254,6 @@ class EngineWorker(QObject):
                 if pending or thought:
                     self.segments.emit(LiveUpdate(tuple(pending), latest, thought))
                 self.finished.emit(event)
+                self._report_switched_off(event.stats.kernels.get("switched_off") or {})
             elif isinstance(event, Error):
                 self.error.emit(event.message)

@@ -79,7 +79,10 @@ def kernel_description() -> str:
     if path == "emulated":
         return f"kernels in the CPU emulator: {ops}"
     if path in ("metal", "cuda"):
-        return f"{'Metal' if path == 'metal' else 'CUDA'} kernels: {ops}"
+        from engine_mlx.kernels.self_check import switched_off
+
+        off = "".join(f"; {op} switched off: {why}" for op, why in switched_off().items())
+        return f"{'Metal' if path == 'metal' else 'CUDA'} kernels: {ops}{off}"
     where = "CPU" if live_device() == "cpu" else "kernels switched off"
     return f"reference ops ({where})"
 

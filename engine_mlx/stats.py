@@ -58,7 +58,8 @@ class GenerationStats:
     modes: dict[str, int] = field(default_factory=dict)
     reused_prompt_tokens: int = 0  # prompt tokens whose prefill was kept from before
     # Which kernel path ran and the calls per kernel op ({"path": "emulated", "calls": {...}});
-    # a silent fallback to a reference shows as "fallbacks".
+    # a silent fallback to a reference shows as "fallbacks", a kernel that failed its first-use
+    # check as "switched_off" (op -> why; ``kernels.self_check``).
     kernels: dict[str, Any] = field(default_factory=dict)
     # Where the decode time went (``TimeSplit``): seconds per part, auto's bookkeeping too.
     time_split: dict[str, float] = field(default_factory=dict)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 
+from engine_mlx.kernels import self_check
 from engine_mlx.kernels.launch import Executor, Launch, live_executor, record
 
 CHOICE = "fc_accept_choice"
@@ -137,7 +138,12 @@ def run(
 ) -> WalkResult:
     """The kernels where their backend is live; else the reference."""
     executor = live_executor()
-    record("acceptance", executor is not None)
-    if executor is None:
+    usable = executor is not None and self_check.usable("acceptance")
+    record("acceptance", usable)
+    if not usable:
         return reference(scores, tokens, parents, uniforms)
-    return kernel(scores, tokens, parents, uniforms, executor)
+    return self_check.checked(
+        "acceptance",
+        lambda: kernel(scores, tokens, parents, uniforms, executor),
+        lambda: reference(scores, tokens, parents, uniforms),
+    )

@@ -15,6 +15,7 @@ import math
 
 import mlx.core as mx
 
+from engine_mlx.kernels import self_check
 from engine_mlx.kernels.launch import Executor, Launch, live_executor, record
 
 TOPK = "fc_topk"
@@ -108,10 +109,16 @@ def topk(logits: mx.array, k: int) -> tuple[mx.array, mx.array]:
     """The kernel where its backend is live; else the reference."""
     executor = live_executor()
     usable = executor is not None and min(k, logits.shape[-1]) <= KMAX
+    usable = usable and self_check.usable("candidate_topk")
     record("candidate_topk", usable)
     if not usable:
         return reference_topk(logits, k)
-    return kernel_topk(logits, k, executor)
+    return self_check.checked(
+        "candidate_topk",
+        lambda: kernel_topk(logits, k, executor),
+        lambda: reference_topk(logits, k),
+        lambda got, want: self_check.exact(got[0], want[0]) and self_check.close(got[1], want[1]),
+    )
 
 
 def path_scores(
@@ -119,7 +126,13 @@ def path_scores(
 ) -> tuple[mx.array, mx.array]:
     """The kernel where its backend is live; else the reference."""
     executor = live_executor()
-    record("path_scores", executor is not None)
-    if executor is None:
+    usable = executor is not None and self_check.usable("path_scores")
+    record("path_scores", usable)
+    if not usable:
         return reference_path_scores(probs, hits, trials, prior_weight)
-    return kernel_path_scores(probs, hits, trials, prior_weight, executor)
+    return self_check.checked(
+        "path_scores",
+        lambda: kernel_path_scores(probs, hits, trials, prior_weight, executor),
+        lambda: reference_path_scores(probs, hits, trials, prior_weight),
+        self_check.close,
+    )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 
+from engine_mlx.kernels import self_check
 from engine_mlx.kernels.launch import Executor, Launch, live_executor, record
 
 KERNEL = "fc_kv_compact"
@@ -64,10 +65,15 @@ def gather(
 ) -> tuple[mx.array, mx.array]:
     """The kernel where its backend is live; else the reference."""
     executor = live_executor()
-    record("kv_compact", executor is not None)
-    if executor is None:
+    usable = executor is not None and self_check.usable("kv_compact")
+    record("kv_compact", usable)
+    if not usable:
         return reference(keys, values, start, keep)
-    return kernel(keys, values, start, keep, executor)
+    return self_check.checked(
+        "kv_compact",
+        lambda: kernel(keys, values, start, keep, executor),
+        lambda: reference(keys, values, start, keep),
+    )
 
 
 def compact(

@@ -72,6 +72,10 @@ def calls_since(before: tuple[dict[str, int], dict[str, int]]) -> dict[str, obje
     out: dict[str, object] = {"path": kernel_path(), "calls": dict(sorted(calls.items()))}
     if fallbacks:
         out["fallbacks"] = dict(sorted(fallbacks.items()))
+    from engine_mlx.kernels.self_check import switched_off
+
+    if off := switched_off():
+        out["switched_off"] = dict(sorted(off.items()))
     return out
 
 

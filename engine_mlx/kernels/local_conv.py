@@ -11,6 +11,7 @@ import math
 
 import mlx.core as mx
 
+from engine_mlx.kernels import self_check
 from engine_mlx.kernels.launch import Executor, Launch, live_executor, record
 
 KERNEL = "fc_local_conv"
@@ -58,7 +59,13 @@ def kernel(x: mx.array, weight: mx.array, bias: mx.array | None, executor: Execu
 def run(x: mx.array, weight: mx.array, bias: mx.array | None = None) -> mx.array:
     """The kernel where its backend is live; else the reference."""
     executor = live_executor()
-    record("local_conv", executor is not None)
-    if executor is None:
+    usable = executor is not None and self_check.usable("local_conv")
+    record("local_conv", usable)
+    if not usable:
         return reference(x, weight, bias)
-    return kernel(x, weight, bias, executor)
+    return self_check.checked(
+        "local_conv",
+        lambda: kernel(x, weight, bias, executor),
+        lambda: reference(x, weight, bias),
+        self_check.close,
+    )

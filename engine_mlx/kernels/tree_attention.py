@@ -14,6 +14,7 @@ import math
 
 import mlx.core as mx
 
+from engine_mlx.kernels import self_check
 from engine_mlx.kernels.launch import Executor, Launch, live_executor, record
 
 PARTIAL = "fc_tree_attention_partial"
@@ -132,8 +133,13 @@ def kernel(
 def run(q: mx.array, k: mx.array, v: mx.array, tree_mask: mx.array, scale: float) -> mx.array:
     """The kernel where its backend is live and it takes these shapes; else the reference."""
     executor = live_executor()
-    usable = executor is not None and supported(q)
+    usable = executor is not None and supported(q) and self_check.usable("tree_attention")
     record("tree_attention", usable)
     if not usable:
         return reference(q, k, v, tree_mask, scale)
-    return kernel(q, k, v, tree_mask, scale, executor)
+    return self_check.checked(
+        "tree_attention",
+        lambda: kernel(q, k, v, tree_mask, scale, executor),
+        lambda: reference(q, k, v, tree_mask, scale),
+        self_check.close,
+    )
