@@ -18,8 +18,7 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 
-from engine_mlx.kernels import self_check
-from engine_mlx.kernels.launch import Executor, Launch, live_executor, record
+from engine_mlx.kernels.launch import Executor, Launch, dispatch
 
 CHOICE = "fc_accept_choice"
 WALK = "fc_accept_walk"
@@ -137,13 +136,8 @@ def run(
     scores: mx.array, tokens: mx.array, parents: mx.array, uniforms: mx.array | None = None
 ) -> WalkResult:
     """The kernels where their backend is live; else the reference."""
-    executor = live_executor()
-    usable = executor is not None and self_check.usable("acceptance")
-    record("acceptance", usable)
-    if not usable:
-        return reference(scores, tokens, parents, uniforms)
-    return self_check.checked(
+    return dispatch(
         "acceptance",
-        lambda: kernel(scores, tokens, parents, uniforms, executor),
+        lambda executor: kernel(scores, tokens, parents, uniforms, executor),
         lambda: reference(scores, tokens, parents, uniforms),
     )

@@ -16,7 +16,7 @@ import math
 import mlx.core as mx
 
 from engine_mlx.kernels import self_check
-from engine_mlx.kernels.launch import Executor, Launch, live_executor, record
+from engine_mlx.kernels.launch import Executor, Launch, dispatch
 
 TOPK = "fc_topk"
 PATH_SCORES = "fc_path_scores"
@@ -107,17 +107,12 @@ def kernel_path_scores(
 
 def topk(logits: mx.array, k: int) -> tuple[mx.array, mx.array]:
     """The kernel where its backend is live; else the reference."""
-    executor = live_executor()
-    usable = executor is not None and min(k, logits.shape[-1]) <= KMAX
-    usable = usable and self_check.usable("candidate_topk")
-    record("candidate_topk", usable)
-    if not usable:
-        return reference_topk(logits, k)
-    return self_check.checked(
+    return dispatch(
         "candidate_topk",
-        lambda: kernel_topk(logits, k, executor),
+        lambda executor: kernel_topk(logits, k, executor),
         lambda: reference_topk(logits, k),
         lambda got, want: self_check.exact(got[0], want[0]) and self_check.close(got[1], want[1]),
+        takes=min(k, logits.shape[-1]) <= KMAX,
     )
 
 
@@ -125,14 +120,9 @@ def path_scores(
     probs: mx.array, hits: mx.array, trials: mx.array, prior_weight: float
 ) -> tuple[mx.array, mx.array]:
     """The kernel where its backend is live; else the reference."""
-    executor = live_executor()
-    usable = executor is not None and self_check.usable("path_scores")
-    record("path_scores", usable)
-    if not usable:
-        return reference_path_scores(probs, hits, trials, prior_weight)
-    return self_check.checked(
+    return dispatch(
         "path_scores",
-        lambda: kernel_path_scores(probs, hits, trials, prior_weight, executor),
+        lambda executor: kernel_path_scores(probs, hits, trials, prior_weight, executor),
         lambda: reference_path_scores(probs, hits, trials, prior_weight),
         self_check.close,
     )

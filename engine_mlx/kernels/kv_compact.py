@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from engine_mlx.kernels import self_check
-from engine_mlx.kernels.launch import Executor, Launch, live_executor, record
+from engine_mlx.kernels.launch import Executor, Launch, dispatch
 
 KERNEL = "fc_kv_compact"
 
@@ -64,14 +63,9 @@ def gather(
     keys: mx.array, values: mx.array, start: int, keep: mx.array
 ) -> tuple[mx.array, mx.array]:
     """The kernel where its backend is live; else the reference."""
-    executor = live_executor()
-    usable = executor is not None and self_check.usable("kv_compact")
-    record("kv_compact", usable)
-    if not usable:
-        return reference(keys, values, start, keep)
-    return self_check.checked(
+    return dispatch(
         "kv_compact",
-        lambda: kernel(keys, values, start, keep, executor),
+        lambda executor: kernel(keys, values, start, keep, executor),
         lambda: reference(keys, values, start, keep),
     )
 

@@ -14,16 +14,18 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import mlx.core as mx
 import numpy as np
 
+import engine_mlx.kernels.self_check as self_check
 from engine_mlx.backend import KERNEL_SWITCH, kernel_path
 from metal_kernels import sources
 
 ENV_SWITCH = KERNEL_SWITCH
 TemplateArg = tuple[str, "mx.Dtype | int | bool"]
+T = TypeVar("T")
 
 
 def live_backend() -> str | None:
@@ -72,9 +74,7 @@ def calls_since(before: tuple[dict[str, int], dict[str, int]]) -> dict[str, obje
     out: dict[str, object] = {"path": kernel_path(), "calls": dict(sorted(calls.items()))}
     if fallbacks:
         out["fallbacks"] = dict(sorted(fallbacks.items()))
-    from engine_mlx.kernels.self_check import switched_off
-
-    if off := switched_off():
+    if off := self_check.switched_off():
         out["switched_off"] = dict(sorted(off.items()))
     return out
 
@@ -212,3 +212,24 @@ def live_executor() -> Executor | None:
     if path not in _executors:
         _executors[path] = EmulatorExecutor() if path == "emulated" else GpuExecutor(path)
     return _executors[path]
+
+
+def dispatch(
+    op: str,
+    kernel: Callable[[Executor], T],
+    reference: Callable[[], T],
+    agree: Callable[[Any, Any], bool] = self_check.exact,
+    *,
+    takes: bool = True,
+) -> T:
+    """Every op's ``run``: ``kernel(executor)`` on a live kernel path where the kernel
+    ``takes`` these inputs and has not been switched off, checked against ``reference()`` the
+    first time ``op`` runs (``self_check``); else the reference. Each call is counted."""
+    executor = live_executor()
+    usable = executor is not None and takes and not self_check.is_off(op)
+    record(op, usable)
+    if not usable:
+        return reference()
+    if self_check.has_passed(op):
+        return kernel(executor)
+    return self_check.first_call(op, lambda: kernel(executor), reference, agree)

@@ -12,7 +12,7 @@ import math
 import mlx.core as mx
 
 from engine_mlx.kernels import self_check
-from engine_mlx.kernels.launch import Executor, Launch, live_executor, record
+from engine_mlx.kernels.launch import Executor, Launch, dispatch
 
 KERNEL = "fc_local_conv"
 DTYPES = (mx.float16, mx.bfloat16, mx.float32)
@@ -58,14 +58,9 @@ def kernel(x: mx.array, weight: mx.array, bias: mx.array | None, executor: Execu
 
 def run(x: mx.array, weight: mx.array, bias: mx.array | None = None) -> mx.array:
     """The kernel where its backend is live; else the reference."""
-    executor = live_executor()
-    usable = executor is not None and self_check.usable("local_conv")
-    record("local_conv", usable)
-    if not usable:
-        return reference(x, weight, bias)
-    return self_check.checked(
+    return dispatch(
         "local_conv",
-        lambda: kernel(x, weight, bias, executor),
+        lambda executor: kernel(x, weight, bias, executor),
         lambda: reference(x, weight, bias),
         self_check.close,
     )

@@ -8,7 +8,7 @@ the op's reference (MLX ops) on the same inputs and compares them: an op whose k
 or disagrees is switched off for the process, runs its reference from then on (correct, only
 slower), and ``switched_off`` says which and why (``info``, ``stats.kernels``). Inputs the
 reference itself refuses are the caller's fault: that error is raised and nothing is switched
-off.
+off. Every op's dispatch (``launch.dispatch``) consults it.
 """
 
 from __future__ import annotations
@@ -22,9 +22,19 @@ import mlx.core as mx
 
 T = TypeVar("T")
 
-_lock = threading.Lock()
+_lock = threading.Lock()  # for writes; a membership test reads under the GIL
 _passed: set[str] = set()
 _off: dict[str, str] = {}
+
+
+def is_off(op: str) -> bool:
+    """Whether ``op``'s kernel has been switched off in this process."""
+    return op in _off
+
+
+def has_passed(op: str) -> bool:
+    """Whether ``op``'s kernel has passed its first-call check."""
+    return op in _passed
 
 
 def _arrays(result: Any) -> list[mx.array]:
@@ -60,12 +70,6 @@ def close(got: Any, want: Any) -> bool:
     return True
 
 
-def usable(op: str) -> bool:
-    """False once ``op``'s kernel has been switched off in this process."""
-    with _lock:
-        return op not in _off
-
-
 def switched_off() -> dict[str, str]:
     """Op -> why its kernel was switched off, for ``info`` and ``stats.kernels``."""
     with _lock:
@@ -84,20 +88,11 @@ def _switch_off(op: str, reason: str) -> None:
         _off[op] = reason
 
 
-def checked(
-    op: str,
-    kernel: Callable[[], T],
-    reference: Callable[[], T],
-    agree: Callable[[Any, Any], bool] = exact,
+def first_call(
+    op: str, kernel: Callable[[], T], reference: Callable[[], T], agree: Callable[[Any, Any], bool]
 ) -> T:
-    """``kernel()``, checked against ``reference()`` the first time ``op`` runs; the
-    reference's result wherever the kernel is (or has just been) switched off."""
-    with _lock:
-        off, known = op in _off, op in _passed
-    if off:
-        return reference()
-    if known:
-        return kernel()
+    """The kernel's result if it runs and agrees with the reference; else the reference's,
+    and the kernel switched off."""
     try:
         got = kernel()
         mx.eval(_arrays(got))

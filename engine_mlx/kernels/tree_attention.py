@@ -15,7 +15,7 @@ import math
 import mlx.core as mx
 
 from engine_mlx.kernels import self_check
-from engine_mlx.kernels.launch import Executor, Launch, live_executor, record
+from engine_mlx.kernels.launch import Executor, Launch, dispatch
 
 PARTIAL = "fc_tree_attention_partial"
 COMBINE = "fc_tree_attention_combine"
@@ -132,14 +132,10 @@ def kernel(
 
 def run(q: mx.array, k: mx.array, v: mx.array, tree_mask: mx.array, scale: float) -> mx.array:
     """The kernel where its backend is live and it takes these shapes; else the reference."""
-    executor = live_executor()
-    usable = executor is not None and supported(q) and self_check.usable("tree_attention")
-    record("tree_attention", usable)
-    if not usable:
-        return reference(q, k, v, tree_mask, scale)
-    return self_check.checked(
+    return dispatch(
         "tree_attention",
-        lambda: kernel(q, k, v, tree_mask, scale, executor),
+        lambda executor: kernel(q, k, v, tree_mask, scale, executor),
         lambda: reference(q, k, v, tree_mask, scale),
         self_check.close,
+        takes=supported(q),
     )

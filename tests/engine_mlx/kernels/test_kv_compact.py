@@ -6,7 +6,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from engine_mlx.kernels import EmulatorExecutor, kv_compact
+from engine_mlx.kernels import EmulatorExecutor, kv_compact, launch
 
 
 @pytest.mark.parametrize(
@@ -47,6 +47,6 @@ def test_compact_moves_the_accepted_rows_as_the_target_does(monkeypatch):
     want_k, want_v = mx.array(keys), mx.array(values)
     want_k[..., start : start + 4, :] = mx.take(keys, idx, axis=2)
     want_v[..., start : start + 4, :] = mx.take(values, idx, axis=2)
-    monkeypatch.setattr(kv_compact, "live_executor", EmulatorExecutor)
+    monkeypatch.setattr(launch, "live_executor", EmulatorExecutor)  # every op's dispatch
     got_k, got_v = kv_compact.compact(mx.array(keys), mx.array(values), start, keep)
     assert mx.array_equal(got_k, want_k).item() and mx.array_equal(got_v, want_v).item()
