@@ -36,6 +36,17 @@ def _matrix(weight: mx.array) -> HalfMatrix | None:
         return None
 
 
+def _float16_checkpoint(model: nn.Module) -> bool:
+    """Whether the first linear layer's first row holds float16 values: a checkpoint is
+    stored in one dtype, so a float32 or bfloat16 one is told at once, not by converting and
+    comparing every matrix at load."""
+    for _, module in model.named_modules():
+        if type(module) in (nn.Linear, nn.Embedding) and module.weight.dtype == mx.float32:
+            row = np.asarray(module.weight[0])
+            return bool(np.array_equal(row.astype(np.float16), row))
+    return False
+
+
 class CpuHalfLinear(nn.Linear):
     """``nn.Linear`` with the engine's product over its float16 weights, for float32 inputs."""
 
@@ -75,7 +86,7 @@ class CpuHalfEmbedding(nn.Embedding):
 def install(model: nn.Module) -> int:
     """Swap ``model``'s float16-valued linear layers (and embedding, for a tied head) for the
     product's, on the CPU backend with float32 compute; returns how many were swapped."""
-    if mx.default_device() != mx.cpu:
+    if mx.default_device() != mx.cpu or not _float16_checkpoint(model):
         return 0
     swapped = 0
 
