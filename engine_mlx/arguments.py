@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from engine_mlx import compute_path
 from engine_mlx.api import Speculators, load_speculators
 from engine_mlx.config import POLICIES, GenerationConfig
 from engine_mlx.errors import EngineError
@@ -29,6 +30,30 @@ def add_sampling(p: argparse.ArgumentParser) -> None:
         help="above 1 discourages tokens already in the context, as in Hugging Face "
         "(Qwen2.5 recommends 1.05); 1 = off",
     )
+
+
+def add_path(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--path",
+        choices=("auto", *compute_path.PATHS),
+        default=None,
+        help="gpu: on the CPU, take every decision a Mac's GPU takes (the checkpoint's dtype, "
+        "MLX's own products, the kernels in the emulator); auto: the device's own "
+        f"(default: ${compute_path.PATH_SWITCH}, else auto)",
+    )
+
+
+def apply_path(args: argparse.Namespace) -> None:
+    """``--path`` sets ``FLASHCHAT_PATH`` for this process before any model loads; a bad value
+    of the variable itself is refused with the values it takes."""
+    import os
+
+    if getattr(args, "path", None):
+        os.environ[compute_path.PATH_SWITCH] = args.path
+    try:
+        compute_path.requested()
+    except ValueError as exc:
+        raise EngineError(str(exc)) from exc
 
 
 def add_speculation(p: argparse.ArgumentParser) -> None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 
+from engine_mlx import compute_path
 from engine_mlx.blas import status as blas_status
 from engine_mlx.cpu import quantized_product
 
@@ -26,17 +27,20 @@ class BackendInfo:
     blas_summary: str  # the same in a few words
     kernels: str  # which path the custom kernels take: ``kernel_description``
     quantized: str = ""  # how MLX-quantized layers are multiplied (the CPU's own product)
+    path: str = "CPU path"  # compute_path.describe(): the CPU's own code, or a GPU's
 
     def describe(self) -> str:
         cpu = f", {self.blas}; quantized layers: {self.quantized}" if self.device == "cpu" else ""
         return (
-            f"MLX {mx.__version__} on {self.device}, compute {self.compute_dtype}{cpu}"
-            f"; {self.kernels}"
+            f"MLX {mx.__version__} on {self.device} ({self.path}), compute "
+            f"{self.compute_dtype}{cpu}; {self.kernels}"
         )
 
     def summary(self) -> str:
         """A status bar's worth: "MLX 0.32.4 · CPU · float32 · OpenBLAS 0.3.21 ×2 + …"."""
         parts = [f"MLX {mx.__version__}", self.device.upper(), self.compute_dtype]
+        if compute_path.emulated_gpu():
+            parts.append(self.path)
         if self.device == "cpu":
             parts.append(self.blas_summary)
         if kernel_path() != "reference":
@@ -65,9 +69,12 @@ def kernels_enabled() -> bool:
 def kernel_path() -> str:
     """Which implementation the kernel ops run: "metal" or "cuda" (the kernels on the live
     GPU backend), "emulated" (``FLASHCHAT_KERNELS=emulate``: the same kernels in the CPU
-    emulator, slow, for tiny models and tests) or "reference" (MLX ops: the CPU's path, or
-    forced with ``FLASHCHAT_KERNELS=0``)."""
+    emulator, slow, for tiny models and tests; also the GPU path on the CPU, unless the kernels
+    are switched off) or "reference" (MLX ops: the CPU's path, or forced with
+    ``FLASHCHAT_KERNELS=0``)."""
     if os.environ.get(KERNEL_SWITCH, "").strip().lower() == "emulate":
+        return "emulated"
+    if compute_path.emulated_gpu() and kernels_enabled():
         return "emulated"
     device = live_device()
     return device if device in ("metal", "cuda") and kernels_enabled() else "reference"
@@ -106,13 +113,13 @@ def compute_dtype(weight_bytes_fp32: int | None = None) -> mx.Dtype | None:
 
     On the CPU: fp32 (BLAS-backed, several times faster than half precision there) when the
     fp32 weights take under 60% of physical memory. On a GPU half precision is the fast
-    path, so the checkpoint's dtype is kept. ``FLASHCHAT_DTYPE`` (e.g. ``float16``)
-    overrides, for measurements.
+    path, so the checkpoint's dtype is kept; so it is on the GPU path taken on the CPU
+    (``compute_path``). ``FLASHCHAT_DTYPE`` (e.g. ``float16``) overrides, for measurements.
     """
     override = os.environ.get("FLASHCHAT_DTYPE")
     if override:
         return getattr(mx, override)
-    if live_device() != "cpu":
+    if not compute_path.cpu_path():
         return None
     if weight_bytes_fp32 is not None and weight_bytes_fp32 > 0.6 * _total_memory_bytes():
         return None
@@ -137,5 +144,6 @@ def backend_info(dtype: mx.Dtype | None = None) -> BackendInfo:
         blas=blas_status().describe(),
         blas_summary=blas_status().summary(),
         kernels=kernel_description(),
-        quantized=quantized_product.describe() if device == "cpu" else "",
+        quantized=quantized_product.describe() if compute_path.cpu_path() else "MLX's own",
+        path=compute_path.describe(),
     )

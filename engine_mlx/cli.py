@@ -15,8 +15,10 @@ import threading
 from pathlib import Path
 
 from engine_mlx.arguments import (
+    add_path,
     add_sampling,
     add_speculation,
+    apply_path,
     config_from_args,
     resolve_model,
     speculators_from_args,
@@ -44,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--prompt-file", type=Path, help="a text file, or a JSON list of chat messages"
     )
     add_sampling(gen)
+    add_path(gen)
     gen.add_argument("--mode", default=Mode.AR.value, choices=[m.value for m in Mode])
     add_speculation(gen)
     gen.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
@@ -73,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="measure prefill / decode speed against mlx-lm")
     bench.add_argument("--model", type=Path, default=None)
+    add_path(bench)
     bench.add_argument(
         "--modes", default=None, help=f"comma list of {', '.join(Mode)} (default ar; suite: all)"
     )
@@ -223,7 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="fetch and import every bundled model (set-up does this), one folder per line",
     )
-    sub.add_parser("info", help="print the backend in use")
+    add_path(sub.add_parser("info", help="print the backend in use"))
     return parser
 
 
@@ -249,6 +253,7 @@ def _import_gguf(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        apply_path(args)
         if args.command == "generate":
             return _generate(args)
         if args.command == "bench":

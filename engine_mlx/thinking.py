@@ -56,17 +56,21 @@ def thinking_markers(tokenizer: Any) -> ThinkingMarkers | None:
 
 @dataclass
 class ReasoningState:
-    """Where a context stands: inside a reasoning block or not, and how many reasoning tokens
-    the open block holds."""
+    """Where a context stands: inside a reasoning block or not, how many reasoning tokens the
+    open block holds, and how many blocks have opened. A start marker inside an open block
+    is a marker, not a new block: a model that writes one mid-reasoning must not restart
+    the budget's count (a tiny half-precision model did, and reasoned past its budget)."""
 
     markers: ThinkingMarkers
     inside: bool = False
     count: int = 0
+    opened: int = 0
 
     def part_of(self, token: int) -> Part:
         """Advance over one token; the part it belongs to."""
         if token == self.markers.start:
-            self.inside, self.count = True, 0
+            if not self.inside:
+                self.inside, self.count, self.opened = True, 0, self.opened + 1
             return Part.MARKER
         if token == self.markers.end and self.inside:
             self.inside = False
@@ -80,7 +84,7 @@ class ReasoningState:
         return [self.part_of(int(t)) for t in tokens]
 
     def copy(self) -> ReasoningState:
-        return ReasoningState(self.markers, self.inside, self.count)
+        return ReasoningState(self.markers, self.inside, self.count, self.opened)
 
 
 class ThinkingBudget:
@@ -98,14 +102,9 @@ class ThinkingBudget:
         opened = ReasoningState(markers)
         opened.advance(prompt)
         self._prompt_written = opened.count if opened.inside else 0
-        self._prompt_starts = self._starts_in(prompt)
-        self._starts = 0  # start markers remembered so far
-
-    def _starts_in(self, tokens: Sequence[int]) -> int:
-        return sum(1 for t in tokens if int(t) == self.state.markers.start)
+        self._prompt_opened = opened.opened
 
     def remember(self, tokens: Sequence[int]) -> None:
-        self._starts += self._starts_in(tokens)
         self.state.advance(tokens)
 
     def forced(self, pending: Sequence[int]) -> int | None:
@@ -114,6 +113,6 @@ class ThinkingBudget:
             state.advance(pending)
         if not state.inside:
             return None
-        same_block = self._starts + self._starts_in(pending) == self._prompt_starts
+        same_block = state.opened == self._prompt_opened
         generated = state.count - (self._prompt_written if same_block else 0)
         return state.markers.end if generated >= self.budget else None

@@ -16,6 +16,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("MLX_ENABLE_TF32", "0")
 
 import engine_mlx  # noqa: F401  (the BLAS before mlx)
+from engine_mlx import compute_path
 from tests.support.serving import serve_process, tiny_folder  # noqa: F401  (session fixtures)
 from tests.support.tiny_models import build_tiny_model
 
@@ -86,7 +87,12 @@ def thinking_target(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, 
 
 
 def require_asset(path: Path | None, what: str) -> Path:
-    """Skip when an optional asset is absent, unless CI demands it (FLASHCHAT_REQUIRE_ASSETS)."""
+    """Skip when an optional asset is absent, unless CI demands it (FLASHCHAT_REQUIRE_ASSETS).
+    Under ``FLASHCHAT_PATH=gpu`` the real models are skipped: the GPU path computes them in
+    float16, which MLX's CPU runs without BLAS (minutes a reply); ``make test`` runs them on
+    the CPU path, and ``test_compute_path`` runs the demo on the GPU path itself."""
+    if compute_path.requested() == "gpu":
+        pytest.skip(f"{what}: the real models run on the CPU path (FLASHCHAT_PATH=gpu)")
     if path is not None and path.exists():
         return path
     message = f"{what} is not installed (run `make setup`)"

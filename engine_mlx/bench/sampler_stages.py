@@ -19,6 +19,7 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
+from engine_mlx import compute_path
 from engine_mlx.cpu.sampler import Filters, HostSampler, host_sampler
 from engine_mlx.decoding import filters
 from engine_mlx.decoding.sampling import Sampler, SamplingParams
@@ -78,7 +79,7 @@ def fastest_ms(run: Callable[[], Any], repeats: int) -> float:
 def stage_costs(vocab: int, rows: int, repeats: int) -> list[tuple[str, float]]:
     """(stage, ms) at the defaults, by the path ``Sampler`` takes here."""
     data = inputs(vocab, rows)
-    host = host_sampler() if mx.default_device() == mx.cpu else None
+    host = host_sampler() if compute_path.cpu_path() else None
     return _c_stages(host, data, repeats) if host is not None else _mlx_stages(data, repeats)
 
 

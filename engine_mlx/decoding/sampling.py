@@ -24,6 +24,7 @@ from typing import Protocol
 import mlx.core as mx
 import numpy as np
 
+from engine_mlx import compute_path
 from engine_mlx.cpu.sampler import Filtered, Filters, HostSampler, host_sampler
 from engine_mlx.decoding import filters
 
@@ -262,7 +263,7 @@ class Sampler:
 
     def _host(self) -> HostSampler | None:
         """The C filters where they run: asked for, on the CPU, and built."""
-        return host_sampler() if self.native and mx.default_device() == mx.cpu else None
+        return host_sampler() if self.native and compute_path.cpu_path() else None
 
     def _on_host(
         self, host: HostSampler, logits: mx.array, context: Context, *, draw: bool

@@ -35,6 +35,7 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
+from engine_mlx import compute_path
 from engine_mlx.kernels import tree_attention
 from engine_mlx.kernels.launch import live_executor, record
 from engine_mlx.models import exact_attention
@@ -53,7 +54,7 @@ class AdditiveMask:
 
 
 def numpy_path_available() -> bool:
-    return mx.default_device() == mx.cpu
+    return compute_path.cpu_path()
 
 
 @lru_cache(maxsize=64)

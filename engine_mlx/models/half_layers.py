@@ -21,6 +21,7 @@ import mlx.nn as nn
 import numpy as np
 from mlx.utils import tree_map_with_path
 
+from engine_mlx import compute_path
 from engine_mlx.cpu.quant_gemm import HalfMatrix
 from engine_mlx.cpu.quantized_product import product
 from engine_mlx.models.quantized import fuse_mlps, multiply_mx
@@ -86,7 +87,7 @@ class CpuHalfEmbedding(nn.Embedding):
 def install(model: nn.Module) -> int:
     """Swap ``model``'s float16-valued linear layers (and embedding, for a tied head) for the
     product's, on the CPU backend with float32 compute; returns how many were swapped."""
-    if mx.default_device() != mx.cpu or not _float16_checkpoint(model):
+    if not compute_path.cpu_path() or not _float16_checkpoint(model):
         return 0
     swapped = 0
 

@@ -33,7 +33,7 @@ import mlx.nn as nn
 import numpy as np
 from mlx.utils import tree_map_with_path
 
-from engine_mlx import blas
+from engine_mlx import blas, compute_path
 from engine_mlx.cpu.quant_gemm import BITS, GROUPS, QuantizedMatrix
 from engine_mlx.cpu.quantized_product import int8_activations, product
 from engine_mlx.models import attention
@@ -207,7 +207,7 @@ def install(model: nn.Module, *, int8: bool = True) -> int:
     """Swap ``model``'s quantized layers for the CPU product's (on the CPU backend only);
     returns how many were swapped. Layers the product cannot take keep MLX's kernels.
     ``int8``: round activations to int8 where this machine can (``int8_activations``)."""
-    if mx.default_device() != mx.cpu:
+    if not compute_path.cpu_path():
         return 0
     int8 = int8 and int8_activations()
     swapped = 0

@@ -1,12 +1,15 @@
-"""Real generations through the kernels: with ``FLASHCHAT_KERNELS=emulate`` every wired kernel
-of a DFlash2 or MTP reply runs in the CPU emulator, and the tokens are plain decoding's;
+"""Real generations through the kernels, as a Mac runs them: on the GPU path
+(``FLASHCHAT_PATH=gpu``: float16 checkpoints, MLX's own products) every wired kernel of a
+DFlash2 or MTP reply runs in the CPU emulator, and the tokens are plain decoding's;
 ``stats.kernels`` says which path ran and counts each kernel, so a silent fallback shows.
 The forced-reference switch gives the same tokens."""
 
 from __future__ import annotations
 
+import mlx.core as mx
 import pytest
 
+from engine_mlx.compute_path import PATH_SWITCH
 from engine_mlx.config import GenerationConfig
 from engine_mlx.decoding.dflash_drafter import DFlashDrafter
 from engine_mlx.decoding.mtp_drafter import MTPDrafter
@@ -25,16 +28,25 @@ def _run(session: Session, ids: list[int], **kw):
     return list(session.generate(ids, config))[-1]
 
 
+@pytest.fixture(autouse=True)
+def _gpu_path(monkeypatch):
+    monkeypatch.setenv(PATH_SWITCH, "gpu")
+
+
 @pytest.fixture(scope="module")
 def wide_heads(tmp_path_factory):
-    """Tiny targets with head size 64, one the tree-verify kernel takes."""
-    built: dict[str, TargetModel] = {}
+    """Tiny float16 targets loaded on the GPU path; head size 64 (one the tree-verify kernel
+    takes) unless asked otherwise."""
+    built: dict[tuple[str, int | None], TargetModel] = {}
 
-    def get(arch: str) -> TargetModel:
-        if arch not in built:
+    def get(arch: str, head_dim: int | None = 64) -> TargetModel:
+        if (arch, head_dim) not in built:
             folder = tmp_path_factory.mktemp(f"wide_{arch}")
-            built[arch] = TargetModel.load(build_tiny_model(arch, folder, head_dim=64))
-        return built[arch]
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setenv(PATH_SWITCH, "gpu")
+                model = build_tiny_model(arch, folder, head_dim=head_dim, dtype="float16")
+                built[arch, head_dim] = TargetModel.load(model)
+        return built[arch, head_dim]
 
     return get
 
@@ -44,6 +56,7 @@ def wide_heads(tmp_path_factory):
 @pytest.mark.parametrize("conv", [0, 4])
 def test_emulated_kernels_give_plain_greedy_tokens(arch, conv, wide_heads, monkeypatch):
     target = wide_heads(arch)
+    assert target.dtype == mx.float16  # a Mac's half precision, through every kernel
     ids = target.tokenizer.encode(PROMPT)
     plain = _run(Session(target), ids)
     model = random_dflash(target, conv=conv)
@@ -90,8 +103,8 @@ def test_emulated_mtp_gives_plain_greedy_tokens(wide_heads, monkeypatch):
     assert _run(session, ids, mode="mtp", sampling=penalty).tokens == plain.tokens
 
 
-def test_head_sizes_the_kernel_does_not_take_show_as_fallbacks(tiny_target, monkeypatch):
-    target = tiny_target("llama")  # head size 16
+def test_head_sizes_the_kernel_does_not_take_show_as_fallbacks(wide_heads, monkeypatch):
+    target = wide_heads("llama", head_dim=None)  # head size 16
     ids = target.tokenizer.encode(PROMPT)
     plain = _run(Session(target), ids)
     monkeypatch.setenv(ENV_SWITCH, "emulate")
@@ -100,7 +113,9 @@ def test_head_sizes_the_kernel_does_not_take_show_as_fallbacks(tiny_target, monk
     assert result.stats.kernels["fallbacks"]["tree_attention"] >= 1
 
 
-def test_plain_decoding_reports_its_path(tiny_target):
-    target = tiny_target("llama")
-    result = _run(Session(target), target.tokenizer.encode(PROMPT))
-    assert result.stats.kernels == {"path": "reference", "calls": {}}
+def test_plain_decoding_reports_its_path(wide_heads, monkeypatch):
+    target = wide_heads("llama")
+    ids = target.tokenizer.encode(PROMPT)
+    assert _run(Session(target), ids).stats.kernels == {"path": "emulated", "calls": {}}
+    monkeypatch.setenv(ENV_SWITCH, "0")
+    assert _run(Session(target), ids).stats.kernels == {"path": "reference", "calls": {}}

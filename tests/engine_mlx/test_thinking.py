@@ -13,7 +13,7 @@ from engine_mlx.decoding.mtp_drafter import MTPDrafter
 from engine_mlx.decoding.sampling import SamplingParams
 from engine_mlx.events import Tokens
 from engine_mlx.session import Session
-from engine_mlx.thinking import Part, ReasoningState
+from engine_mlx.thinking import Part, ReasoningState, ThinkingBudget, ThinkingMarkers
 from tests.support.drafters import OracleDrafter, random_mtp_head
 from tests.support.params import slow_except
 
@@ -199,3 +199,20 @@ def test_the_next_turn_reuses_the_kept_prefill_up_to_the_dropped_reasoning(think
     assert second.stats.reused_prompt_tokens == shared
     fresh = list(Session(target).generate(second_ids, config))[-1]
     assert second.tokens == fresh.tokens
+
+
+def test_a_start_marker_inside_the_block_does_not_restart_the_budget():
+    """A model may write ``<think>`` while reasoning (a tiny half-precision model did, sampled):
+    the block stays the one that opened, so the budget still counts from its start."""
+    markers = ThinkingMarkers(start=3, end=4)
+    budget = ThinkingBudget(markers, budget=3, prompt=[9, 3])  # the prompt opens the block
+    budget.remember([9, 3])
+    budget.remember([10, 11])
+    assert budget.forced([]) is None
+    assert budget.forced([3]) is None  # the marker is not a reasoning token
+    assert budget.forced([3, 12]) == markers.end  # 10, 11, 12: three, across the marker
+    state = ReasoningState(markers)
+    assert state.advance([3, 10, 3, 11, 4, 20]) == [
+        Part.MARKER, Part.REASONING, Part.MARKER, Part.REASONING, Part.MARKER, Part.ANSWER,
+    ]  # fmt: skip
+    assert state.opened == 1 and not state.inside

@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 
+from engine_mlx import compute_path
+
 
 def slow_except(values: Iterable[Any], *fast: Any) -> list[Any]:
     """``values`` for ``pytest.mark.parametrize``, each one not among ``fast`` marked slow
@@ -19,3 +21,11 @@ def slow_except(values: Iterable[Any], *fast: Any) -> list[Any]:
         )
         for value in values
     ]
+
+
+cpu_path_only = pytest.mark.skipif(
+    not compute_path.cpu_path(),
+    reason="checks the CPU path's own code; FLASHCHAT_PATH=gpu takes MLX's instead",
+)
+"""For a test of the CPU path's own code (the C products and sampler, numpy layers), which the
+GPU path (``FLASHCHAT_PATH=gpu``, as on a Mac) never runs."""

@@ -149,6 +149,14 @@ def write_tokenizer(out: Path, vocab_size: int = 320, thinking: str | None = Non
     return tok.get_vocab_size()
 
 
+def checkpoint_dtype() -> str:
+    """float16 where the suite runs the GPU path (``FLASHCHAT_PATH=gpu``): the engine then
+    computes in the checkpoint's dtype, as on a Mac, whose models are half precision."""
+    from engine_mlx import compute_path
+
+    return "float16" if compute_path.requested() == "gpu" else "float32"
+
+
 def build_tiny_model(
     arch: str,
     out: Path,
@@ -160,13 +168,15 @@ def build_tiny_model(
     head_dim: int | None = None,
     thinking: str | None = None,
     sizes: dict[str, Any] | None = None,
+    dtype: str | None = None,
 ) -> Path:
     """Write config.json, model.safetensors and tokenizer files for ``arch`` into ``out``.
 
     ``vocab_size`` smaller than the tokenizer's makes a tiny-vocabulary model for
     distribution tests (prompts are then given as ids); ``head_dim`` overrides the
     attention head size (the tree-verify kernel takes 64 and 128); ``sizes`` overrides any
-    other config field (a bigger random model for a benchmark)."""
+    other config field (a bigger random model for a benchmark); ``dtype`` is the checkpoint's
+    (default ``checkpoint_dtype()``: half precision on the GPU path, as a Mac's models are)."""
     from mlx_lm.utils import _get_classes
 
     vocab = write_tokenizer(out, thinking=thinking)
@@ -181,7 +191,7 @@ def build_tiny_model(
         "vocab_size": vocab_size or vocab,
         "max_position_embeddings": max_context,
         "eos_token_id": eos,
-        "torch_dtype": "float32",
+        "torch_dtype": dtype or checkpoint_dtype(),
         **({"head_dim": head_dim} if head_dim else {}),
         **(sizes or {}),
     }
@@ -189,7 +199,10 @@ def build_tiny_model(
     model_cls, args_cls = _get_classes(config)
     mx.random.seed(seed)
     model = model_cls(args_cls.from_dict(config))
-    weights = dict(tree_flatten(model.parameters()))
+    weights = {
+        name: value.astype(getattr(mx, config["torch_dtype"]))
+        for name, value in tree_flatten(model.parameters())
+    }
     if arch == "qwen3_5":
         weights = _to_hf_qwen3_5(weights)
     mx.save_safetensors(str(out / "model.safetensors"), weights, metadata={"format": "pt"})

@@ -20,7 +20,7 @@ from engine_mlx.errors import ModelLoadError
 from engine_mlx.models.dflash import save_dflash
 from engine_mlx.session import Session
 from tests.support.drafters import random_dflash
-from tests.support.params import slow_except
+from tests.support.params import cpu_path_only, slow_except
 
 PROMPT = "Hello world, the quick brown fox"
 FREQUENT = np.arange(0, 48, dtype=np.int32)
@@ -81,6 +81,7 @@ def test_greedy_output_is_unchanged(arch, tiny_target):
         assert list(session.generate(ids, spec))[-1].tokens == plain
 
 
+@cpu_path_only
 def test_a_quantized_head_scores_its_rows_quantized(tiny_model_dir, tmp_path):
     """A quantized tied head's draft rows stay quantized (the engine's product over those
     rows only, not 115 MB of dequantized rows a draft): the full head's columns, within the

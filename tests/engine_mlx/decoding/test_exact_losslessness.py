@@ -35,6 +35,7 @@ VOCAB = 6
 TOLERANCE = 2e-6  # float32 arithmetic against float64 definitions, per outcome
 Context = tuple[int, ...]
 BUDGET: dict = {}  # the budget test's thinking budget: {"markers": ..., "budget": ...}
+LOGITS: dict = {"dtype": mx.float32}  # the dtype the target hands the sampler (a Mac's: half)
 
 
 def toy_logits(context: Context) -> np.ndarray:
@@ -42,6 +43,12 @@ def toy_logits(context: Context) -> np.ndarray:
     digest = hashlib.blake2b(repr(context).encode(), digest_size=8).digest()
     rng = np.random.default_rng(int.from_bytes(digest, "little"))
     return (rng.integers(-4, 5, size=VOCAB) * 0.5).astype(np.float32)
+
+
+def target_logits(rows: np.ndarray) -> mx.array:
+    """The toy logits as the target returns them: on a Mac's GPU path, in half precision (the
+    grid's values are exact in float16 and bfloat16, so the definitions below still hold)."""
+    return mx.array(rows).astype(LOGITS["dtype"])
 
 
 # --- plain sampling by its definition (Hugging Face's order), independent of the engine ---
@@ -103,7 +110,7 @@ def engine_sampler(params: SamplingParams, committed: Context) -> Sampler:
 def plain_probs(context: Context, params: SamplingParams, first: bool) -> np.ndarray:
     """The engine's plain decoding: the prompt's token from the prefill's logits, then each
     token from a forward queued with the newest token (the root) not yet remembered."""
-    logits = mx.array(toy_logits(context))
+    logits = target_logits(toy_logits(context))
     if first:
         return np.exp(np.array(engine_sampler(params, context).logprobs(logits)))
     sampler = engine_sampler(params, context[:-1])
@@ -234,7 +241,8 @@ def speculative_distribution(
             rows = [toy_logits(context + tuple(tree.tokens[n] for n in tree.path(i)))
                     for i in range(len(tree))]  # fmt: skip
             sampler = engine_sampler(params, context)
-            probs = np.exp(np.array(node_logprobs(tree, mx.array(np.stack(rows)), sampler)))
+            logprobs = node_logprobs(tree, target_logits(np.stack(rows)), sampler)
+            probs = np.exp(np.array(logprobs))
         for committed, p in tree_outcomes(tree, probs).items():
             go(generated + committed, prob * p, step + 1)
 
@@ -333,6 +341,22 @@ SINGLE_SETTINGS = [
 @pytest.mark.parametrize("params", SINGLE_SETTINGS, ids=repr)
 def test_every_setting_alone_commits_exactly_plain_samplings_distribution(params, schedule):
     assert check_lossless(params, SCHEDULES[schedule]) < TOLERANCE  # nan (ambiguous) fails
+
+
+HALF_SETTINGS = [SINGLE_SETTINGS[i] for i in (0, 2, 3, 5, 6, 8, 9, 12)]
+
+
+@pytest.mark.parametrize("dtype", [mx.float16, mx.bfloat16], ids=["float16", "bfloat16"])
+@pytest.mark.parametrize("schedule", list(SCHEDULES), ids=list(SCHEDULES))
+@pytest.mark.parametrize("params", HALF_SETTINGS, ids=repr)
+def test_half_precision_logits_commit_exactly_plain_samplings_distribution(
+    params, schedule, dtype, monkeypatch
+):
+    """A Mac's target computes in float16 or bfloat16: the sampler, the acceptance rule and
+    the walk take its logits as they are, and the distribution is still plain sampling's to
+    float32 precision (the penalty, temperature and filters are computed in float32)."""
+    monkeypatch.setitem(LOGITS, "dtype", dtype)
+    assert check_lossless(params, SCHEDULES[schedule]) < TOLERANCE
 
 
 settings_combined = st.builds(

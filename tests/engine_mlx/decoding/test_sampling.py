@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine_mlx.decoding.sampling import Sampler, SamplingParams, filtered_logprobs
+from tests.support.params import cpu_path_only
 
 # Logits at least 0.1 apart: with (near-)ties at the top-p boundary either token is a correct
 # choice, so the expected set would be ambiguous.
@@ -145,6 +146,7 @@ def test_the_repetition_penalty_scales_the_contexts_tokens_toward_zero_once():
     assert off.adjusted(logits).tolist() == logits.tolist()
 
 
+@cpu_path_only
 def test_picks_draw_a_row_only_when_read_and_row_zero_as_sample_draws_it(monkeypatch):
     """A verification walk reads the rows on its path; the others are never filtered. Row 0
     read first takes the same uniform as ``sample``'s first row, so it is the same token."""

@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 from mlx.utils import tree_flatten
 
+from engine_mlx.backend import KERNEL_SWITCH
+from engine_mlx.compute_path import PATH_SWITCH
 from engine_mlx.config import GenerationConfig
 from engine_mlx.decoding.dflash_drafter import DFlashDrafter
 from engine_mlx.decoding.sampling import Sampler, SamplingParams
@@ -19,9 +21,11 @@ from engine_mlx.decoding.strategies import Speculative
 from engine_mlx.errors import ModelLoadError
 from engine_mlx.models.dflash import DFlashModel, load_dflash, save_dflash
 from engine_mlx.models.dflash2 import DynamicConv, Lattice
+from engine_mlx.models.target import TargetModel
 from engine_mlx.session import Session
 from tests.support.drafters import random_dflash
 from tests.support.params import slow_except
+from tests.support.tiny_models import build_tiny_model
 
 PROMPT = "The quick brown fox jumps over the lazy dog"
 
@@ -81,8 +85,10 @@ def lattice_by_definition(model: DFlashModel, anchor: int, logits: np.ndarray, z
     s_t[i][j] = u_t[j] + sum_r P[prev_i][r] * g_t[r] * S[cand_j][r], prev of t=1 the anchor."""
     sel = model.candidate_selector
     k = model.config.selector_top_k
-    pred, succ = np.array(sel.predecessor_codebook), np.array(sel.successor_codebook)
-    gate = z @ np.array(sel.hidden_projection.weight).T
+    pred, succ = (np.array(c.astype(mx.float32)).astype(np.float64)
+                  for c in (sel.predecessor_codebook, sel.successor_codebook))  # fmt: skip
+    projection = np.array(sel.hidden_projection.weight.astype(mx.float32)).astype(np.float64)
+    gate = z.astype(np.float64) @ projection.T
     cands = np.array([sorted(range(len(r)), key=lambda t: (-r[t], t))[:k] for r in logits])
     scores = np.zeros((len(logits), k, k))
     for t in range(len(logits)):
@@ -126,6 +132,35 @@ def test_the_selector_and_its_walk_are_llama_cpps(arch, tiny_target):
             AcceptanceCalibrator(), drafter=drafter, width=1, block_size=6,
         )  # fmt: skip
         assert strategy.propose(anchor, 5).tokens[1:] == walk
+
+
+@pytest.mark.parametrize("dtype", [mx.float16, mx.bfloat16], ids=["float16", "bfloat16"])
+def test_a_half_precision_selector_scores_in_float32_as_llama_cpp_does(
+    dtype, tmp_path, monkeypatch
+):
+    """A Mac's drafter holds half-precision weights; llama.cpp multiplies them into float32
+    scores, and the ``p_min`` cut compares float32 softmaxes. Half-precision arithmetic would
+    be off by ~1e-3 here and move cuts near ``p_min``; the scores match the definition over
+    the same half weights to float32 rounding."""
+    monkeypatch.setenv(PATH_SWITCH, "gpu")  # the target in its checkpoint's half precision
+    monkeypatch.setenv(KERNEL_SWITCH, "0")
+    target = TargetModel.load(build_tiny_model("qwen3", tmp_path, dtype=str(dtype).split(".")[-1]))
+    assert target.dtype == dtype
+    model = random_dflash(target, reference=True, seed=7)
+    model.set_dtype(dtype)
+    drafter = DFlashDrafter(model, target)
+    ids = target.tokenizer.encode(PROMPT)
+    out = target.forward(mx.array(ids), target.make_cache(), capture=drafter.capture_layers)
+    drafter.observe(ids, out.features)
+    anchor = ids[-1]
+    z = drafter.block_hidden(anchor, 5)
+    logits = np.array(drafter.block_logits(anchor, 5, z).astype(mx.float32))
+    cands, scores = lattice_by_definition(model, anchor, logits, np.array(z.astype(mx.float32)))
+    lattice = drafter.lattice(anchor, 5)
+    assert lattice.scores.dtype == np.float32
+    np.testing.assert_array_equal(lattice.candidates, cands)
+    np.testing.assert_allclose(lattice.scores, scores, rtol=1e-5, atol=2e-5)
+    assert lattice.walk() == walk_by_definition(cands, scores)
 
 
 def test_p_min_and_n_min_cut_the_walk_as_llama_cpp_does():
