@@ -13,6 +13,9 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from engine_mlx.demo import DEMO
+from engine_mlx.library.mac_models import MacModel, mac_model_for
+from engine_mlx.library.memory import physical_memory, unified_memory, usable_memory
+from engine_mlx.library.units import human_bytes
 
 
 def has_any_model() -> bool:
@@ -42,6 +45,16 @@ class NoModelPanel(QWidget):
             self,
         )
         text.setWordWrap(True)
+        self.mac_text = QLabel(self._mac_text(), self)  # empty except on an Apple-Silicon Mac
+        self.mac_text.setAccessibleName("This Mac's memory")
+        self.mac_text.setWordWrap(True)
+        self.mac_text.setVisible(bool(self.mac_text.text()))
+        self.mac_model = self._mac_model()
+        self.mac_button: QPushButton | None = None
+        if self.mac_model is not None:
+            self.mac_button = QPushButton(f"Download {self.mac_model.name}", self)
+            self.mac_button.setAccessibleName(f"Download {self.mac_model.name}")
+            self.mac_button.clicked.connect(self._download_mac_model)
         self.download_button = QPushButton("Download the demo model", self)
         self.download_button.setAccessibleName("Download the demo model")
         self.file_button = QPushButton("Choose a model file…", self)
@@ -50,12 +63,14 @@ class NoModelPanel(QWidget):
         self.status.setAccessibleName("Install status")
         self.status.setWordWrap(True)
         buttons = QHBoxLayout()
+        if self.mac_button is not None:
+            buttons.addWidget(self.mac_button)
         buttons.addWidget(self.download_button)
         buttons.addWidget(self.file_button)
         buttons.addStretch(1)
         layout = QVBoxLayout(self)
         layout.addStretch(1)
-        for widget in (title, text):
+        for widget in (title, text, self.mac_text):
             layout.addWidget(widget)
         layout.addLayout(buttons)
         layout.addWidget(self.status)
@@ -63,6 +78,38 @@ class NoModelPanel(QWidget):
         layout.setAlignment(Qt.AlignmentFlag.AlignHCenter)
         self.download_button.clicked.connect(self._download)
         self.file_button.clicked.connect(self._choose)
+
+    @staticmethod
+    def _mac_model() -> MacModel | None:
+        usable = usable_memory() if unified_memory() else None
+        return mac_model_for(usable) if usable else None
+
+    def _mac_text(self) -> str:
+        """On a Mac: its unified memory, what the GPU may use of it, and the model to run
+        there instead of the demo (a small model sized for a CPU), with its sizes."""
+        if not unified_memory():
+            return ""
+        total, usable = physical_memory(), usable_memory()
+        if not total or not usable:
+            return ""
+        text = (
+            f"This Mac has {human_bytes(total)} of unified memory; its GPU can use about "
+            f"{human_bytes(usable)}. "
+        )
+        model = mac_model_for(usable)
+        if model is None:
+            return text + "The demo model suits it."
+        return text + (
+            f"The demo is a small model sized for a CPU; for this Mac: {model.name}, "
+            f"{model.repo_id}, {human_bytes(model.weight_bytes)} to download and about "
+            f"{human_bytes(model.memory_bytes())} to run. Once it is in, the model library "
+            f"offers its DFlash2 drafter, {model.drafter}."
+        )
+
+    def _download_mac_model(self) -> None:
+        assert self.mac_model is not None
+        self.status.setText("Downloading in the model library; the model loads when it is in.")
+        self.download_requested.emit(self.mac_model.repo_id)
 
     def _download(self) -> None:
         self.status.setText("Downloading in the model library; the model loads when it is in.")

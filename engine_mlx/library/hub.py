@@ -29,7 +29,8 @@ from engine_mlx.library.memory import (
     ESTIMATE_CONTEXT,
     RUNTIME_OVERHEAD,
     estimate_memory,
-    physical_memory,
+    unified_memory,
+    usable_memory,
 )
 from engine_mlx.library.safe_paths import is_commit, is_safe_relative
 from engine_mlx.library.sources import HubSource, SourceError, is_valid_repo_id
@@ -322,12 +323,13 @@ def inspect_repo(
         plan = replace(plan, prefetched={"config.json": raw})
     else:
         plan = _mtp_plan(source, commit, endpoint, root, token)
-    limit = physical_memory() if memory_limit is None else memory_limit
+    limit = usable_memory() if memory_limit is None else memory_limit
     if limit and plan.memory_bytes > limit:
         raise InsufficientResourcesError(
             f"{repo_id} needs about {human_bytes(plan.memory_bytes)} of memory to run "
             f"({human_bytes(plan.weight_bytes)} of weights plus the context cache of "
-            f"{min(plan.max_context, ESTIMATE_CONTEXT):,} tokens); this machine has "
+            f"{min(plan.max_context, ESTIMATE_CONTEXT):,} tokens); "
+            f"{'the GPU of this Mac can use' if unified_memory() else 'this machine has'} "
             f"{human_bytes(limit)}. Choose a smaller or more quantized version (e.g. a 4-bit "
             "MLX conversion). Nothing was downloaded."
         )

@@ -1,9 +1,12 @@
 """What a model needs in memory to run here, estimated from its config before any download,
-and how much this machine has."""
+and how much this machine can give it: the RAM, or on an Apple-Silicon Mac the share of its
+unified memory that Metal lets the GPU hold."""
 
 from __future__ import annotations
 
 import os
+import platform
+import sys
 from typing import Any
 
 from engine_mlx.models.loading import text_config
@@ -23,6 +26,25 @@ def physical_memory() -> int | None:
         return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
     except (AttributeError, OSError, ValueError):
         return None
+
+
+def unified_memory() -> bool:
+    """An Apple-Silicon Mac: the GPU computes in the memory the CPU uses."""
+    return sys.platform == "darwin" and platform.machine() == "arm64"
+
+
+def usable_memory() -> int | None:
+    """What a model may take here: on a Mac's GPU, Metal's recommended working set (macOS
+    keeps about a quarter of unified memory for itself); elsewhere the RAM."""
+    if unified_memory():
+        import mlx.core as mx
+
+        if mx.metal.is_available():
+            info = mx.device_info(mx.gpu)
+            size = info.get("max_recommended_working_set_size") or info.get("memory_size")
+            if isinstance(size, int) and size > 0:
+                return size
+    return physical_memory()
 
 
 def attention_layers(tc: dict[str, Any]) -> int:

@@ -36,6 +36,32 @@ def test_empty_library_shows_what_to_do_and_loads_what_is_installed(
     win.close()
 
 
+def test_on_a_mac_it_names_the_unified_memory_and_offers_a_model_that_fits(qtbot, monkeypatch):
+    """The demo is sized for a CPU: a 16 GB Mac is offered Qwen3-8B in 4 bits, with its sizes
+    and its DFlash2 drafter named; an 8 GB one keeps the demo; off a Mac nothing is said."""
+    plain = first_run.NoModelPanel()
+    qtbot.addWidget(plain)
+    assert plain.mac_text.text() == "" and plain.mac_button is None  # this Linux machine
+    monkeypatch.setattr(first_run, "unified_memory", lambda: True)
+    monkeypatch.setattr(first_run, "physical_memory", lambda: 16 * 1000**3)
+    monkeypatch.setattr(first_run, "usable_memory", lambda: 12 * 1000**3)
+    panel = first_run.NoModelPanel()
+    qtbot.addWidget(panel)
+    text = panel.mac_text.text()
+    assert "This Mac has 16.0 GB of unified memory; its GPU can use about 12.0 GB" in text
+    assert "Qwen3-8B (4-bit), mlx-community/Qwen3-8B-4bit, 4.6 GB to download and about" in text
+    assert "z-lab/Qwen3-8B-DFlash-b16" in text
+    assert panel.mac_button is not None and panel.mac_button.text() == "Download Qwen3-8B (4-bit)"
+    with qtbot.waitSignal(panel.download_requested) as asked:
+        panel.mac_button.click()
+    assert asked.args == ["mlx-community/Qwen3-8B-4bit"]
+    monkeypatch.setattr(first_run, "physical_memory", lambda: 8 * 1000**3)
+    monkeypatch.setattr(first_run, "usable_memory", lambda: 5 * 1000**3)
+    small = first_run.NoModelPanel()
+    qtbot.addWidget(small)
+    assert small.mac_text.text().endswith("The demo model suits it.") and small.mac_button is None
+
+
 def test_one_version_everywhere(qtbot, make_window, capsys):
     """``--version`` of both commands (their ``main``, as ``python -m`` runs it) and About."""
     from app.__main__ import main as app_main

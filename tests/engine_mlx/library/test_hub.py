@@ -94,10 +94,17 @@ def test_unknown_architecture_is_refused(hub, tiny_model_dir) -> None:
         _inspect(hub, "org/odd")
 
 
-def test_memory_too_small_is_refused_with_numbers(hub, publish) -> None:
+def test_memory_too_small_is_refused_with_numbers(hub, publish, monkeypatch) -> None:
     publish("org/tiny")
     with pytest.raises(InsufficientResourcesError, match=r"needs about .* this machine has 1.0 kB"):
         _inspect(hub, "org/tiny", memory_limit=1000)
+    # A Mac's limit is what its GPU may hold of the unified memory, and it says so.
+    from engine_mlx.library import hub as hub_module
+
+    monkeypatch.setattr(hub_module, "unified_memory", lambda: True)
+    monkeypatch.setattr(hub_module, "usable_memory", lambda: 2000)
+    with pytest.raises(InsufficientResourcesError, match=r"the GPU of this Mac can use 2.0 kB"):
+        _inspect(hub, "org/tiny")
 
 
 def test_drafter_and_mtp_repos(hub, tiny_target, tmp_path: Path) -> None:

@@ -17,3 +17,11 @@ def test_memory_estimate_counts_only_attention_layers_of_hybrids() -> None:
     hybrid = estimate_memory({**base, "full_attention_interval": 4}, 0)
     kv_per_layer = 2 * 4 * 128 * 2 * 8192
     assert dense - hybrid == kv_per_layer * (32 - 8)
+
+
+def test_usable_memory_is_the_ram_off_a_mac_and_without_metal(monkeypatch) -> None:
+    from engine_mlx.library import memory
+
+    assert memory.usable_memory() == memory.physical_memory()
+    monkeypatch.setattr(memory, "unified_memory", lambda: True)  # a Mac whose Metal is off
+    assert memory.usable_memory() == memory.physical_memory()
