@@ -13,7 +13,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QFileDialog, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from engine_mlx.demo import DEMO
-from engine_mlx.library.mac_models import MacModel, mac_model_for
+from engine_mlx.library.mac_models import mac_model_for
 from engine_mlx.library.memory import physical_memory, unified_memory, usable_memory
 from engine_mlx.library.units import human_bytes
 
@@ -45,11 +45,12 @@ class NoModelPanel(QWidget):
             self,
         )
         text.setWordWrap(True)
-        self.mac_text = QLabel(self._mac_text(), self)  # empty except on an Apple-Silicon Mac
+        usable = usable_memory() if unified_memory() else None  # None except on a Mac
+        self.mac_model = mac_model_for(usable) if usable else None
+        self.mac_text = QLabel(self._mac_text(usable), self)
         self.mac_text.setAccessibleName("This Mac's memory")
         self.mac_text.setWordWrap(True)
         self.mac_text.setVisible(bool(self.mac_text.text()))
-        self.mac_model = self._mac_model()
         self.mac_button: QPushButton | None = None
         if self.mac_model is not None:
             self.mac_button = QPushButton(f"Download {self.mac_model.name}", self)
@@ -79,24 +80,17 @@ class NoModelPanel(QWidget):
         self.download_button.clicked.connect(self._download)
         self.file_button.clicked.connect(self._choose)
 
-    @staticmethod
-    def _mac_model() -> MacModel | None:
-        usable = usable_memory() if unified_memory() else None
-        return mac_model_for(usable) if usable else None
-
-    def _mac_text(self) -> str:
+    def _mac_text(self, usable: int | None) -> str:
         """On a Mac: its unified memory, what the GPU may use of it, and the model to run
         there instead of the demo (a small model sized for a CPU), with its sizes."""
-        if not unified_memory():
-            return ""
-        total, usable = physical_memory(), usable_memory()
-        if not total or not usable:
+        total = physical_memory()
+        if not usable or not total:
             return ""
         text = (
             f"This Mac has {human_bytes(total)} of unified memory; its GPU can use about "
             f"{human_bytes(usable)}. "
         )
-        model = mac_model_for(usable)
+        model = self.mac_model
         if model is None:
             return text + "The demo model suits it."
         return text + (

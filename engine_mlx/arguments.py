@@ -6,6 +6,7 @@ Its own module so ``cli`` and ``bench`` both import it and neither imports the o
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from engine_mlx import compute_path
@@ -46,8 +47,6 @@ def add_path(p: argparse.ArgumentParser) -> None:
 def apply_path(args: argparse.Namespace) -> None:
     """``--path`` sets ``FLASHCHAT_PATH`` for this process before any model loads; a bad value
     of the variable itself is refused with the values it takes."""
-    import os
-
     if getattr(args, "path", None):
         os.environ[compute_path.PATH_SWITCH] = args.path
     try:

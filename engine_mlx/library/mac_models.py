@@ -1,5 +1,5 @@
 """What to offer a Mac instead of the demo, a small model sized for a CPU: 4-bit Qwen3 targets
-that have published DFlash2 drafters (the models the published Mac results use). The first-run
+that have published DFlash2 drafters (``catalog.KNOWN_DRAFTERS``). The first-run
 screen suggests the largest that fits the GPU's share of unified memory, with its sizes; the
 sizes are computed from each model's architecture, not downloaded (the screen is offline)."""
 
