@@ -21,7 +21,8 @@ GPU_PATH_SUITES := tests/engine_mlx/decoding tests/engine_mlx/auto \
 	tests/engine_mlx/test_generation.py tests/engine_mlx/test_thinking.py \
 	tests/engine_mlx/test_auto_mode.py tests/engine_mlx/test_session.py \
 	tests/engine_mlx/test_prompt_cache.py tests/engine_mlx/test_time_split.py \
-	tests/engine_mlx/test_modes.py
+	tests/engine_mlx/test_modes.py \
+	tests/engine_mlx/distributed/test_pipeline.py::test_a_split_target_replies_as_one_process
 
 test: $(STAMP)
 	bash scripts/build_llama_cpp.sh

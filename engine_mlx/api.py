@@ -27,8 +27,12 @@ Prompt = str | list[dict[str, str]]
 
 
 def load_target(path: str | Path) -> TargetModel:
-    """Validate and load a model folder (raises ModelLoadError with a readable message)."""
-    return TargetModel.load(path)
+    """Validate and load a model folder (raises ModelLoadError with a readable message);
+    in a pipeline ``mlx.launch`` started, rank 0's part of it (``distributed``)."""
+    from engine_mlx.distributed.launch import joined, load_part
+
+    pipeline = joined()
+    return TargetModel.load(path) if pipeline is None else load_part(path, pipeline)
 
 
 def load_drafter(path: str | Path, target: TargetModel) -> DFlashDrafter:

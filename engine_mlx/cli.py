@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import threading
@@ -254,93 +255,111 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         apply_path(args)
-        if args.command == "generate":
-            return _generate(args)
-        if args.command == "bench":
-            if args.repeats is not None and args.repeats < 1:
-                raise EngineError("--repeats must be at least 1")
-            if args.acceptance:
-                from engine_mlx.bench.acceptance import run_acceptance
+        if "MLX_RANK" in os.environ:  # started by mlx.launch: one rank of a pipeline
+            from engine_mlx.distributed.launch import PIPELINED, join, run_stage
 
-                return run_acceptance(args)
-            if args.suite:
-                from engine_mlx.bench.suite import run_suite
-
-                return run_suite(args)
-            if args.sampler_cost:
-                from engine_mlx.bench.sampler_cost import run_sampler_cost
-
-                return run_sampler_cost(args)
-            args.repeats = args.repeats or 3
-            if args.forward_cost:
-                from engine_mlx.bench.forward_cost import run_forward_cost
-
-                return run_forward_cost(args)
-            if args.server_overhead:
-                from engine_mlx.bench.server_overhead import run_server_overhead
-
-                return run_server_overhead(args)
-            from engine_mlx.bench.run import run_bench
-
-            return run_bench(args)
-        if args.command == "import-gguf":
-            return _import_gguf(args)
-        if args.command == "quantize":
-            from engine_mlx.models.quantize import default_destination, quantize_folder
-
-            source = resolve_model(args.model)
-            out = args.out or default_destination(source, args.bits)
-            print(quantize_folder(source, out, bits=args.bits, group=args.group))
-            return 0
-        if args.command == "export-drafter":
-            from engine_mlx.models.gguf.export_drafter import export_drafter
-
-            print(
-                export_drafter(
-                    args.drafter,
-                    args.out,
-                    form=args.format,
-                    qtype=args.qtype,
-                    tokenizer_gguf=args.target_gguf,
-                )
-            )
-            return 0
-        if args.command == "init-drafter":
-            from engine_mlx.api import init_drafter
-
-            print(
-                init_drafter(
-                    resolve_model(args.model),
-                    args.out,
-                    layers=args.layers,
-                    block=args.block,
-                    conv=args.conv,
-                    seed=args.seed,
-                )
-            )
-            return 0
-        if args.command in TRAINING_COMMANDS:
-            return run_training_command(args, resolve_model)
-        if args.command == "pull":
-            from engine_mlx.library.cli import pull_command
-
-            return pull_command(args)
-        if args.command == "list":
-            from engine_mlx.library.cli import list_command
-
-            return list_command(args)
-        if args.command == "demo":
-            return _demo_command(args)
-        if args.command == "serve":
-            return serve_command(args)
-        print(backend_info().describe())
-        return 0
+            pipeline = join()
+            if pipeline is not None and pipeline.rank > 0:
+                return run_stage(args.command, getattr(args, "model", None), pipeline)
+            if pipeline is not None and args.command not in PIPELINED:
+                raise EngineError(f"only generate and serve run across ranks, not {args.command}")
+        return _run(args)
     except EngineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("\nCancelled.", file=sys.stderr)
         return 130
+    finally:
+        if "MLX_RANK" in os.environ:
+            from engine_mlx.distributed.launch import leave
+
+            leave()
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The command, in this process (rank 0's part of a pipeline included)."""
+    if args.command == "generate":
+        return _generate(args)
+    if args.command == "bench":
+        if args.repeats is not None and args.repeats < 1:
+            raise EngineError("--repeats must be at least 1")
+        if args.acceptance:
+            from engine_mlx.bench.acceptance import run_acceptance
+
+            return run_acceptance(args)
+        if args.suite:
+            from engine_mlx.bench.suite import run_suite
+
+            return run_suite(args)
+        if args.sampler_cost:
+            from engine_mlx.bench.sampler_cost import run_sampler_cost
+
+            return run_sampler_cost(args)
+        args.repeats = args.repeats or 3
+        if args.forward_cost:
+            from engine_mlx.bench.forward_cost import run_forward_cost
+
+            return run_forward_cost(args)
+        if args.server_overhead:
+            from engine_mlx.bench.server_overhead import run_server_overhead
+
+            return run_server_overhead(args)
+        from engine_mlx.bench.run import run_bench
+
+        return run_bench(args)
+    if args.command == "import-gguf":
+        return _import_gguf(args)
+    if args.command == "quantize":
+        from engine_mlx.models.quantize import default_destination, quantize_folder
+
+        source = resolve_model(args.model)
+        out = args.out or default_destination(source, args.bits)
+        print(quantize_folder(source, out, bits=args.bits, group=args.group))
+        return 0
+    if args.command == "export-drafter":
+        from engine_mlx.models.gguf.export_drafter import export_drafter
+
+        print(
+            export_drafter(
+                args.drafter,
+                args.out,
+                form=args.format,
+                qtype=args.qtype,
+                tokenizer_gguf=args.target_gguf,
+            )
+        )
+        return 0
+    if args.command == "init-drafter":
+        from engine_mlx.api import init_drafter
+
+        print(
+            init_drafter(
+                resolve_model(args.model),
+                args.out,
+                layers=args.layers,
+                block=args.block,
+                conv=args.conv,
+                seed=args.seed,
+            )
+        )
+        return 0
+    if args.command in TRAINING_COMMANDS:
+        return run_training_command(args, resolve_model)
+    if args.command == "pull":
+        from engine_mlx.library.cli import pull_command
+
+        return pull_command(args)
+    if args.command == "list":
+        from engine_mlx.library.cli import list_command
+
+        return list_command(args)
+    if args.command == "demo":
+        return _demo_command(args)
+    if args.command == "serve":
+        return serve_command(args)
+    print(backend_info().describe())
+    return 0
 
 
 def _demo_command(args: argparse.Namespace) -> int:

@@ -68,6 +68,7 @@ class Finished:
 @dataclass(frozen=True)
 class Error:
     message: str
+    status: int = 500  # the server's HTTP status for it (503: the model's pipeline broke)
 
 
 Event = Started | PrefillProgress | Tokens | ModeSwitch | Finished | Error

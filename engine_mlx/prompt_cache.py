@@ -69,13 +69,7 @@ class PrefilledPrompt:
         return out
 
     def restore_cache(self) -> list[Any]:
-        caches = []
-        for cls, state, meta in self.cache_state:
-            cache = cls.from_state(_detached(state))
-            if meta is not None:
-                cache.meta_state = meta
-            caches.append(cache)
-        return caches
+        return restore_cache(self.cache_state)
 
     def features_for(self, capture: tuple[int, ...]) -> list[tuple[list[int], list[mx.array]]]:
         """Chunks with the features of ``capture`` only, in its order."""
@@ -89,6 +83,17 @@ def snapshot_cache(cache: list[Any]) -> list[tuple[type, Any, Any]]:
         meta = getattr(c, "meta_state", None)
         out.append((type(c), _detached(c.state), meta if meta not in ("", ()) else None))
     return out
+
+
+def restore_cache(cache_state: list[tuple[type, Any, Any]]) -> list[Any]:
+    """New caches from ``snapshot_cache``'s state, which stays as it was."""
+    caches = []
+    for cls, state, meta in cache_state:
+        cache = cls.from_state(_detached(state))
+        if meta is not None:
+            cache.meta_state = meta
+        caches.append(cache)
+    return caches
 
 
 def _detached(state: Any) -> Any:

@@ -4,8 +4,10 @@ the stream.
 
 What the stream cannot say is left unknown rather than guessed: tok/s counts one token per
 streamed chunk until the server's ``usage`` gives the true count; tau and acceptance come from
-the server where it reports them (FlashChat's ``flashchat`` object; llama.cpp's ``timings``
-with ``draft_n`` / ``draft_n_accepted``), else they stay empty. Plain HTTP (httpx), no MLX.
+the server where it reports them (``remote_speculation``: FlashChat, llama.cpp, vLLM, SGLang),
+else they stay empty. A vLLM or SGLang server is told apart by its model list, once: SGLang is
+asked for its speculation details, and vLLM's ``/metrics`` counters are read around a reply
+when the reply itself does not carry them. Plain HTTP (httpx), no MLX.
 """
 
 from __future__ import annotations
@@ -24,6 +26,14 @@ from engine_mlx.config import GenerationConfig
 from engine_mlx.errors import EngineError
 from engine_mlx.events import Error, Event, Finished, Started, Tokens
 from engine_mlx.modes import Mode
+from engine_mlx.remote_speculation import (
+    REPORT_KEYS,
+    Counts,
+    counts_from_counters,
+    server_kind,
+    speculation_counts,
+    vllm_counters,
+)
 from engine_mlx.stats import GenerationStats, StepStats
 
 PREFIX = "remote:"  # a model-bar entry naming a remote model: PREFIX + endpoint JSON
@@ -88,19 +98,9 @@ def list_models(base_url: str, api_key: str = "") -> list[str]:
         raise EngineError(f"{url}/models did not answer like an OpenAI-compatible API.") from None
 
 
-def speculation_counts(chunk: dict[str, Any]) -> tuple[int, int, int] | None:
-    """(steps, drafted, accepted) where the server reports them: FlashChat's ``flashchat``
-    object, or llama.cpp's ``timings``. None where it does not."""
-    ours = chunk.get("flashchat")
-    if isinstance(ours, dict) and "drafted_tokens" in ours:
-        return int(ours.get("steps", 0)), int(ours["drafted_tokens"]), int(ours["accepted_tokens"])
-    timings = chunk.get("timings")
-    if isinstance(timings, dict) and "draft_n" in timings:
-        accepted = int(timings.get("draft_n_accepted", 0))
-        # a step commits its accepted drafts and one token of the target's own
-        steps = max(int(timings.get("predicted_n", 0)) - accepted, 0)
-        return steps, int(timings["draft_n"]), accepted
-    return None
+def metrics_url(base_url: str) -> str:
+    """The Prometheus page beside an OpenAI API: vLLM serves ``/metrics`` at its root."""
+    return base_url.rstrip("/").removesuffix("/v1") + "/metrics"
 
 
 class RemoteSession:
@@ -110,6 +110,40 @@ class RemoteSession:
     def __init__(self, endpoint: Endpoint, max_context: int = 0) -> None:
         self.endpoint = endpoint
         self.max_context = max_context  # unknown (0) unless the caller knows it
+        self._kind: str | None = None  # "vllm", "sglang" or "" once the model list said
+        # vLLM's /metrics is read around replies until it fails, has no speculation
+        # counters, or the replies carry their own numbers
+        self._read_metrics = True
+
+    def _server_kind(self) -> str:
+        """What the server is, asked once (its model list): only vLLM and SGLang get
+        anything their own, so other servers see nothing they did not ask for."""
+        if self._kind is None:
+            url = self.endpoint.base_url + "/models"
+            headers = _headers(self.endpoint.api_key)
+            try:
+                reply = httpx.get(url, headers=headers, timeout=CONNECT_TIMEOUT_S)
+                if reply.status_code != 200:
+                    return ""  # asked again next time: the chat request will say why
+                self._kind = server_kind(reply.json(), self.endpoint.model)
+            except (httpx.HTTPError, ValueError):
+                return ""
+        return self._kind
+
+    def _counters(self) -> dict[str, float] | None:
+        """vLLM's speculation counters now; None, and no more reading, where ``/metrics``
+        cannot be read or has none. Never raises: the chat goes on without them."""
+        url = metrics_url(self.endpoint.base_url)
+        try:
+            reply = httpx.get(
+                url, headers=_headers(self.endpoint.api_key), timeout=CONNECT_TIMEOUT_S
+            )
+            counters = vllm_counters(reply.text, self.endpoint.model) if reply.is_success else {}
+        except httpx.HTTPError:
+            counters = {}
+        if not counters:
+            self._read_metrics = False
+        return counters or None
 
     def generate(
         self,
@@ -142,11 +176,17 @@ class RemoteSession:
         if config.thinking_budget is not None:
             body["thinking_budget"] = config.thinking_budget
         try:
-            yield from self._stream(body, cancel)
+            kind = self._server_kind()
+            if kind == "sglang":
+                body["return_spec_tokens_details"] = True  # ignored by SGLang before it
+            before = self._counters() if kind == "vllm" and self._read_metrics else None
+            yield from self._stream(body, cancel, before)
         except httpx.HTTPError as exc:
             yield Error(f"The connection to {self.endpoint.host} failed: {exc}")
 
-    def _stream(self, body: dict[str, Any], cancel: threading.Event) -> Iterator[Event]:
+    def _stream(
+        self, body: dict[str, Any], cancel: threading.Event, before: dict[str, float] | None
+    ) -> Iterator[Event]:
         url = self.endpoint.base_url + "/chat/completions"
         t0 = time.perf_counter()
         first: float | None = None
@@ -169,11 +209,13 @@ class RemoteSession:
                 if not line.startswith("data:") or line.strip() == "data: [DONE]":
                     continue
                 chunk = json.loads(line[5:])
+                if isinstance(chunk.get("error"), dict):  # the server failed mid-reply
+                    yield Error(str(chunk["error"].get("message") or "The server failed."))
+                    return  # not a finished reply: what came so far is kept as interrupted
                 if not started:
                     started = True
                     yield Started(Mode.AUTO, 0, self.max_context, f"remote: {self.endpoint.host}")
-                if chunk.get("usage") or speculation_counts(chunk):
-                    final = {**final, **chunk}
+                final.update({k: v for k, v in chunk.items() if k in REPORT_KEYS and v is not None})
                 for choice in chunk.get("choices") or []:
                     delta = choice.get("delta") or {}
                     piece = delta.get("content") or ""
@@ -202,16 +244,27 @@ class RemoteSession:
                         part="answer" if piece else "reasoning",
                     )
         end = time.perf_counter()
-        stats = self._stats(final, chunks, t0, first, end)
+        counts = speculation_counts(final)
+        if counts is not None:
+            self._read_metrics = False  # the server reports per reply: no need to read /metrics
+        elif before is not None and reason != "cancelled":
+            after = self._counters()
+            if after is not None:
+                counts = counts_from_counters(before, after, _generated(final, chunks))
+        stats = self._stats(final, chunks, t0, first, end, counts)
         yield Finished(reason, "".join(text), (), stats, "".join(thoughts))
 
     def _stats(
-        self, final: dict[str, Any], chunks: int, t0: float, first: float | None, end: float
+        self,
+        final: dict[str, Any],
+        chunks: int,
+        t0: float,
+        first: float | None,
+        end: float,
+        counts: Counts | None,
     ) -> GenerationStats:
-        usage = final.get("usage") or {}
-        generated = int(usage.get("completion_tokens") or chunks)
-        prompt = int(usage.get("prompt_tokens") or 0)
-        counts = speculation_counts(final)
+        generated = _generated(final, chunks)
+        prompt = int((final.get("usage") or {}).get("prompt_tokens") or 0)
         steps, drafted, accepted = counts or (0, 0, 0)
         decode_s = end - first if first is not None else 0.0
         return GenerationStats(
@@ -231,6 +284,11 @@ class RemoteSession:
             accepted=accepted,
             modes=dict((final.get("flashchat") or {}).get("modes") or {}),
         )
+
+
+def _generated(final: dict[str, Any], chunks: int) -> int:
+    """The reply's tokens: the server's count, else one per streamed chunk."""
+    return int((final.get("usage") or {}).get("completion_tokens") or chunks)
 
 
 def _error_message(reply: httpx.Response) -> str:

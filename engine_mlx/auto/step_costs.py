@@ -208,7 +208,8 @@ def from_json(data: dict, now: float | None = None) -> StepCosts:
 
 
 def cache_file(target: TargetModel) -> Path:
-    """One file per machine and model: CPU, cores, BLAS, MLX, and the model's files and dtype."""
+    """One file per machine and model: CPU, cores, BLAS, MLX, the model's files and dtype, and
+    how it is split across processes."""
     spec = target.spec
     config = Path(spec.path) / "config.json"
     try:
@@ -228,6 +229,7 @@ def cache_file(target: TargetModel) -> Path:
             str(Path(spec.path).resolve()),
             stamp,
             str(target.dtype),
+            target.layout,  # a pipeline's steps cost what its ranks and links make them
         )
     )
     digest = hashlib.sha256(key.encode()).hexdigest()[:20]
@@ -239,6 +241,12 @@ def load_or_calibrate(target: TargetModel, log=None) -> StepCosts:
     ``log`` receives one line when the cache is refused or a calibration runs."""
     path = cache_file(target)
     say = log or (lambda line: None)
+    if target.pipeline is not None:  # its links' latency is this launch's, not the machine's
+        start = time.perf_counter()
+        costs = calibrate(target)
+        costs.note = f"calibrated through the pipeline now in {time.perf_counter() - start:.1f} s"
+        say(f"Measured the step costs of {target.spec.name} across its ranks ({costs.note}).")
+        return costs
     if path.exists():
         try:
             costs = from_json(json.loads(path.read_text(encoding="utf-8")))

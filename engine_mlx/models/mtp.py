@@ -70,6 +70,7 @@ def new_head(target: TargetModel) -> MTPHead:
     full-attention layers (same kind, same sizes), to be overwritten by loaded or trained
     weights."""
     layer = next((lyr for lyr in target.layers if hasattr(lyr, "self_attn")), None)
+    layer = layer or target.attention_template  # rank 0 of a split target may hold none
     if layer is None:
         raise MTPUnavailable(f"{target.spec.name} has no attention layer to model an MTP head on")
     eps = float(getattr(target.inner.norm, "eps", 1e-6))

@@ -11,7 +11,8 @@ position (MLX's ``fast.rope`` takes per-batch offsets, so tokens go on the batch
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,8 @@ from mlx_lm.models.base import create_attention_mask, create_ssm_mask
 from mlx_lm.models.cache import ArraysCache, KVCache, make_prompt_cache
 
 from engine_mlx.backend import compute_dtype
+from engine_mlx.distributed.remote_caches import PipelineClient, RemoteCaches
+from engine_mlx.distributed.wire import Rows
 from engine_mlx.errors import ModelLoadError
 from engine_mlx.kernels import kv_compact
 from engine_mlx.models import (
@@ -80,6 +83,15 @@ class ForwardOutput:
 
 
 @dataclass(frozen=True)
+class LayerPart:
+    """The layers ``[start, stop)`` of a target split across processes (``distributed``):
+    rank 0 holds the first ones with the embeddings and the head, each other rank the next."""
+
+    start: int
+    stop: int
+
+
+@dataclass(frozen=True)
 class CacheSnapshot:
     """Enough of a cache to roll it back: KV offsets and recurrent-state references."""
 
@@ -89,11 +101,31 @@ class CacheSnapshot:
 class TargetModel:
     """A loaded target: weights, tokenizer, and the layer-by-layer forward."""
 
-    def __init__(self, model: nn.Module, tokenizer: Any, spec: ModelSpec) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        tokenizer: Any,
+        spec: ModelSpec,
+        *,
+        first_layer: int = 0,
+        linear: tuple[bool, ...] | None = None,
+    ) -> None:
+        """``first_layer`` and ``linear`` (every layer's kind, the whole model's) for a part
+        of a split target, whose ``model`` holds only its own layers."""
         self.model = model
         self.tokenizer = tokenizer
         self.spec = spec
-        self.is_hybrid = any(getattr(layer, "is_linear", False) for layer in model.layers)
+        if linear is None:
+            linear = tuple(bool(getattr(layer, "is_linear", False)) for layer in model.layers)
+        self.first_layer = first_layer
+        self.is_hybrid = any(linear)
+        # Rank 0 of a split target: the other ranks' layers, through the pipeline.
+        self.pipeline: PipelineClient | None = None
+        self.layout = ""  # how a split target's layers lie across processes ("" if not split)
+        # An attention layer of the whole model, where this part holds none: what an MTP
+        # head on rank 0 is modelled on (``mtp.new_head``).
+        self.attention_template: nn.Module | None = None
+        self._remote_trimmable = not any(linear[first_layer + len(model.layers) :])
         # On the CPU: the engine's product, with int8 activations where the decoding and
         # verification rows agree to the bit (attention-only targets: exact_attention).
         self.quantized_layers = quantized.install(model, int8=not self.is_hybrid)
@@ -127,8 +159,12 @@ class TargetModel:
 
     # ----------------------------------------------------------------- loading
     @classmethod
-    def load(cls, path: str | Path, dtype: mx.Dtype | None = None) -> TargetModel:
-        """Validate the folder, load with mlx-lm, cast to the backend's compute dtype."""
+    def load(
+        cls, path: str | Path, dtype: mx.Dtype | None = None, part: LayerPart | None = None
+    ) -> TargetModel:
+        """Validate the folder, load with mlx-lm, cast to the backend's compute dtype;
+        ``part``: only those layers' weights are read (and the embeddings and head on the
+        part that starts at layer 0)."""
         from mlx_lm.utils import load_model, load_tokenizer
 
         spec = validate_model_folder(path)
@@ -142,16 +178,32 @@ class TargetModel:
             ) from None
         except Exception as exc:  # mlx-lm and transformers reject a config in many ways
             raise ModelLoadError(f"{spec.name}: mlx-lm could not load it: {exc}") from exc
+        linear = tuple(bool(getattr(layer, "is_linear", False)) for layer in model.layers)
+        template = None
+        if part is not None:
+            template = next((lyr for lyr in model.layers if hasattr(lyr, "self_attn")), None)
+            _keep_layers(model, part)
         target_dtype = dtype if dtype is not None else compute_dtype(_fp32_bytes(model))
         if target_dtype is not None:
             model.set_dtype(target_dtype)
+            if template is not None:
+                template.set_dtype(target_dtype)
         mx.eval(model.parameters())
         model.eval()
-        return cls(model, tokenizer, spec)
+        first = 0 if part is None else part.start
+        target = cls(model, tokenizer, spec, first_layer=first, linear=linear)
+        if template is not None and not any(hasattr(lyr, "self_attn") for lyr in target.layers):
+            target.attention_template = template  # its weights stay unread until copied
+        return target
 
     # ----------------------------------------------------------------- forward
     def make_cache(self) -> list[Any]:
-        return make_prompt_cache(self.model)
+        """This process's layers' caches, then (on rank 0 of a split target) the other
+        ranks' as one ``RemoteCaches``."""
+        cache = make_prompt_cache(self.model)
+        if self.pipeline is not None:
+            cache.append(RemoteCaches(self.pipeline, self._remote_trimmable))
+        return cache
 
     def embed(self, tokens: mx.array) -> mx.array:
         return self.inner.embed_tokens(tokens)
@@ -214,26 +266,69 @@ class TargetModel:
         h = self.embed(inputs)
         if mask is not None and self.is_hybrid and positions is None:
             raise ValueError("an explicit mask needs explicit positions")
+        remote = cache[-1] if isinstance(cache[-1], RemoteCaches) else None
+        local = cache[:-1] if remote is not None else cache
+        captured: dict[int, mx.array] = {}
+        with self.placed(positions, tree):
+            h = self.run_layers(h, local, positions, mask, capture, captured)
+            if remote is not None:
+                h = self._remote_layers(remote, h, (positions, mask, tree), capture, captured)
+            if last_only:
+                h = h[:, -1:]
+            logits = self.head(self.inner.norm(h))  # inside: a verification's head too
+        return ForwardOutput(logits=logits, features=[captured[i] for i in capture])
+
+    @contextmanager
+    def placed(self, positions: mx.array | None, tree: mx.array | None) -> Iterator[None]:
+        """A forward's per-token positions and attention path, set for its layers."""
+        self._positions.positions = None if positions is None else positions.astype(mx.int32)
+        try:
+            with attention.active(tree, exact=self.exact_attention):
+                yield
+        finally:
+            self._positions.positions = None
+
+    def run_layers(
+        self,
+        h: mx.array,
+        cache: list[Any],
+        positions: mx.array | None,
+        mask: mx.array | None,
+        capture: tuple[int, ...] | list[int],
+        captured: dict[int, mx.array],
+    ) -> mx.array:
+        """This process's layers over ``h`` (inside ``placed``); the outputs of the layers
+        in ``capture`` (model-wide ids) go to ``captured``."""
         attn_mask = mask if mask is not None else self._causal_mask(h, cache)
         if isinstance(attn_mask, mx.array) and attention.numpy_path_available():
             attn_mask = attention.to_additive(attn_mask)  # converted once, not per layer
         ssm_mask = create_ssm_mask(h, self._first(cache, ArraysCache)) if self.is_hybrid else None
-        wanted = set(capture)
-        captured: dict[int, mx.array] = {}
-        self._positions.positions = None if positions is None else positions.astype(mx.int32)
+        wanted = {i - self.first_layer for i in capture}
+        mine: dict[int, mx.array] = {}
         allowed = self._numpy_rows(h, cache, attn_mask)
-        try:
-            with attention.active(tree, exact=self.exact_attention):
-                if allowed is not None:
-                    h = self._numpy_forward(h, cache, allowed, positions, wanted, captured)
-                else:
-                    h = self._mlx_forward(h, cache, (attn_mask, ssm_mask), wanted, captured)
-                if last_only:
-                    h = h[:, -1:]
-                logits = self.head(self.inner.norm(h))  # inside: a verification's head too
-        finally:
-            self._positions.positions = None
-        return ForwardOutput(logits=logits, features=[captured[i] for i in capture])
+        if allowed is not None:
+            h = self._numpy_forward(h, cache, allowed, positions, wanted, mine)
+        else:
+            h = self._mlx_forward(h, cache, (attn_mask, ssm_mask), wanted, mine)
+        captured.update({lid + self.first_layer: x for lid, x in mine.items()})
+        return h
+
+    def _remote_layers(
+        self,
+        remote: RemoteCaches,
+        h: mx.array,
+        placing: tuple[mx.array | None, mx.array | None, mx.array | None],
+        capture: tuple[int, ...] | list[int],
+        captured: dict[int, mx.array],
+    ) -> mx.array:
+        """The other ranks' layers: ``h`` goes around the pipeline with the placing
+        (positions, mask, tree) and comes back with the layers captured there."""
+        far = tuple(sorted(i for i in set(capture) if i >= self.first_layer + len(self.layers)))
+        host = [None if x is None else np.asarray(x) for x in placing]
+        out = remote.forward(Rows(np.asarray(h.astype(mx.float32)), *host, capture=far))
+        for lid, rows in zip(far, out.features, strict=True):
+            captured[lid] = mx.array(rows).astype(h.dtype)
+        return mx.array(out.hidden).astype(h.dtype)
 
     def _mlx_forward(
         self,
@@ -284,13 +379,13 @@ class TargetModel:
         return create_attention_mask(h, self._first(cache, KVCache))
 
     @staticmethod
-    def _first(cache: list[Any], kind: type) -> Any:
+    def _first(cache: list[Any], kind: type | tuple[type, ...]) -> Any:
         return next((c for c in cache if isinstance(c, kind)), None)
 
     # ------------------------------------------------------------------ caches
     def cache_length(self, cache: list[Any]) -> int:
         """Tokens in the cache (the context depth)."""
-        kv = self._first(cache, KVCache)
+        kv = self._first(cache, (KVCache, RemoteCaches))
         return int(kv.offset) if kv is not None else 0
 
     def can_trim(self, cache: list[Any]) -> bool:
@@ -309,6 +404,9 @@ class TargetModel:
         """After a tree verification that appended nodes at ``start``: keep the rows of
         nodes ``keep`` (in order) at ``start, start+1, ...`` and drop the rest."""
         for c in cache:
+            if isinstance(c, RemoteCaches):
+                c.compact(start, keep)
+                continue
             if not isinstance(c, KVCache):
                 raise ValueError("tree compaction needs attention (KV) caches only")
             c.keys, c.values = kv_compact.compact(c.keys, c.values, start, keep)
@@ -323,6 +421,8 @@ class TargetModel:
                 entries.append(c.offset)
             elif isinstance(c, ArraysCache):
                 entries.append((list(c.cache), c.lengths))
+            elif isinstance(c, RemoteCaches):
+                entries.append(c.snapshot())
             else:
                 raise TypeError(f"cannot snapshot a {type(c).__name__}")
         return CacheSnapshot(tuple(entries))
@@ -334,10 +434,24 @@ class TargetModel:
                 if entry > c.offset:
                     raise ValueError("snapshot is newer than the cache")
                 c.offset = entry
+            elif isinstance(c, RemoteCaches):
+                c.restore(entry)
             else:
                 state, lengths = entry
                 c.cache = list(state)
                 c.lengths = lengths
+
+
+def _keep_layers(model: nn.Module, part: LayerPart) -> None:
+    """Drop the layers outside ``part`` before their weights are read (mlx-lm loads them
+    lazily), and the embeddings and head where the part does not start the model."""
+    inner = model.model
+    inner.layers = inner.layers[part.start : part.stop]
+    if part.start > 0:
+        inner.embed_tokens = nn.Module()
+        owner = getattr(model, "language_model", model)
+        if "lm_head" in owner:
+            owner.lm_head = nn.Module()
 
 
 def _fp32_bytes(model: nn.Module) -> int:

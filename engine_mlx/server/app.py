@@ -240,7 +240,7 @@ class Server:
             return Response(status_code=499)  # nobody is listening
         if finished is None or finished.reason == "cancelled":
             message = error.message if error else "The generation did not finish."
-            return _error(ApiError(500, message, kind="server_error"))
+            return _error(ApiError(error.status if error else 500, message, kind="server_error"))
         mode = str(req.config.mode)
         reply = builder.complete(
             finished.text, finished.reason, finished.stats, mode, finished.reasoning
@@ -282,7 +282,7 @@ async def _stream(
                 if req.include_usage:
                     yield _sse(builder.usage_chunk(event.stats, mode))
             elif isinstance(event, Error):
-                yield _sse(ApiError(500, event.message, kind="server_error").body())
+                yield _sse(ApiError(event.status, event.message, kind="server_error").body())
         yield "data: [DONE]\n\n"
     finally:
         job.cancel.set()  # a no-op once finished; stops the generation if the client left

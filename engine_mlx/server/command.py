@@ -11,6 +11,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from engine_mlx.arguments import (
     add_speculation,
@@ -98,6 +99,19 @@ def api_key(args: argparse.Namespace) -> str | None:
     return os.environ.get(KEY_ENV, "").strip() or None
 
 
+def answer_and_exit(runner: Any, message: str) -> None:
+    """The model's pipeline will never answer (a rank is gone mid-forward): the request
+    under way gets the error (503) now, then the server exits saying why."""
+    from engine_mlx.distributed.remote_caches import exit_soon
+    from engine_mlx.events import Error
+
+    job = runner.current
+    if job is not None:
+        job.emit(Error(message, 503))
+        job.emit(None)
+    exit_soon(message)
+
+
 def serve_command(args: argparse.Namespace) -> int:
     from engine_mlx.api import load_target
     from engine_mlx.server.access import AccessPolicy, is_loopback
@@ -130,7 +144,9 @@ def serve_command(args: argparse.Namespace) -> int:
         return session
 
     runner = EngineRunner(build, args.max_queue)
-    runner.wait_ready()  # raises what went wrong loading the model
+    session = runner.wait_ready()  # raises what went wrong loading the model
+    if session.target.pipeline is not None:  # the model spans several processes
+        session.target.pipeline.on_stuck = lambda message: answer_and_exit(runner, message)
     server = Server(
         runner,
         base_config=base,

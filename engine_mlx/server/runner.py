@@ -79,7 +79,7 @@ class JobQueue:
                 if self.on_event is not None:
                     self.on_event(event)
         except Exception as exc:  # the server stays up; the client hears what went wrong
-            job.emit(Error(f"The generation failed: {exc}"))
+            job.emit(Error(f"The generation failed: {exc}", getattr(exc, "status", 500)))
         finally:
             self.current = None
             job.emit(None)
