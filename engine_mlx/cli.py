@@ -256,13 +256,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         apply_path(args)
         if "MLX_RANK" in os.environ:  # started by mlx.launch: one rank of a pipeline
-            from engine_mlx.distributed.launch import PIPELINED, join, run_stage
+            from engine_mlx.distributed.launch import check_command, join, run_stage
 
             pipeline = join()
             if pipeline is not None and pipeline.rank > 0:
                 return run_stage(args.command, getattr(args, "model", None), pipeline)
-            if pipeline is not None and args.command not in PIPELINED:
-                raise EngineError(f"only generate and serve run across ranks, not {args.command}")
+            if pipeline is not None:
+                check_command(args.command)
         return _run(args)
     except EngineError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -229,7 +229,7 @@ def cache_file(target: TargetModel) -> Path:
             str(Path(spec.path).resolve()),
             stamp,
             str(target.dtype),
-            target.layout,  # a pipeline's steps cost what its ranks and links make them
+            *([target.layout] if target.layout else []),  # a split target's: its own file
         )
     )
     digest = hashlib.sha256(key.encode()).hexdigest()[:20]

@@ -125,10 +125,15 @@ def joined() -> Pipeline | None:
     return _joined[0] if _joined else None
 
 
-def run_stage(command: str, model: Path | None, pipeline: Pipeline) -> int:
-    """A rank after the first: load its layers of ``model`` (None: the demo) and serve them."""
+def check_command(command: str) -> None:
+    """Only a command that loads one target and decodes runs across ranks."""
     if command not in PIPELINED:
         raise EngineError(f"only {' and '.join(PIPELINED)} run across ranks, not {command}")
+
+
+def run_stage(command: str, model: Path | None, pipeline: Pipeline) -> int:
+    """A rank after the first: load its layers of ``model`` (None: the demo) and serve them."""
+    check_command(command)
     if model is None:
         from engine_mlx.demo import ensure_demo_model
 
