@@ -2,9 +2,10 @@
 
 The worker lives on its own QThread: loading models and generating (all MLX work) happen
 there, never on the GUI thread. Per token it does what the CLI does and no more: it appends
-the step's text to a list and, about 30 times a second, emits it. Its signals reach the window
-queued (the window lives on the GUI thread), so emitting never waits for the window to draw;
-the window paces its drawing on its own (``stream_pacer``). Stopping is a
+the step's text to a list and emits it as often as the window draws (``pace_updates``; 30
+times a second at most). Its signals reach the window queued (the window lives on the GUI
+thread), so emitting never waits for the window to draw; the window paces its drawing on its
+own (``stream_pacer``). Stopping is a
 ``threading.Event`` set directly from the GUI thread, because the worker's event loop is
 busy while it generates.
 """
@@ -60,6 +61,7 @@ class EngineWorker(QObject):
         self._served_emit = 0.0
         self._remote: RemoteSession | None = None
         self._kernels_reported: set[str] = set()
+        self.update_interval_s = UPDATE_INTERVAL_S  # see ``pace_updates``
 
     def _report_switched_off(self, off: dict[str, str]) -> None:
         """A GPU kernel that failed its first-use check (``kernels.self_check``): said once, in
@@ -90,6 +92,12 @@ class EngineWorker(QObject):
             self._served_emit = now
         if isinstance(event, Started | Tokens | Finished):
             self.served.emit(event)
+
+    def pace_updates(self, seconds: float) -> None:
+        """Send text at most every ``seconds`` (and never more than ~30 times a second): the
+        window's frames are paced (``stream_pacer``), and an update it would only keep costs
+        the GUI thread a wake-up. Called from the GUI thread: a float stored, read per step."""
+        self.update_interval_s = max(UPDATE_INTERVAL_S, seconds)
 
     def cancel(self) -> None:
         """Thread-safe: called from the GUI thread."""
@@ -124,12 +132,13 @@ class EngineWorker(QObject):
         drafter_path = str(speculators.drafter_path or "")
         # The conversation so far is prefilled once: the next turn prefills only what is new.
         self._session = Session(target, drafter, mtp, speculators.mtp_reason, reuse_prompt=True)
+        backend = backend_info(target.dtype)
         self.model_loaded.emit(
             ModelInfo(
                 name=target.spec.name,
                 path=str(target.spec.path),
-                backend=backend_info(target.dtype).summary(),
-                backend_detail=backend_info(target.dtype).describe(),
+                backend=backend.summary(),
+                backend_detail=backend.describe(),
                 max_context=target.spec.max_context,
                 modes=available_modes(drafter=drafter is not None, mtp=mtp is not None),
                 drafter=Path(drafter_path).name if drafter_path else "",
@@ -137,6 +146,7 @@ class EngineWorker(QObject):
                 mtp=speculators.mtp_source or "",
                 mtp_reason=speculators.mtp_reason or "",
                 thinks=target.thinking is not None,
+                decodes_on_cpu=backend.device == "cpu",
             )
         )
         if warning:
@@ -240,7 +250,7 @@ class EngineWorker(QObject):
                 pending.extend(seg for seg in event.segments if seg[0])
                 thought += event.reasoning
                 now = time.perf_counter()
-                if now - last_emit >= UPDATE_INTERVAL_S:
+                if now - last_emit >= self.update_interval_s:
                     self.segments.emit(LiveUpdate(tuple(pending), latest, thought))
                     shown += sum(len(t) for t, _ in pending)
                     pending, thought, last_emit = [], "", now

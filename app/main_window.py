@@ -2,10 +2,9 @@
 
 The window owns the conversation store (GUI thread) and talks to the engine only through the
 worker on its QThread: requests go out as queued signals, results come back as queued signals
-(neither thread waits for the other); the reply streams in through a ``StreamPacer``.
-Its parts: the composer (``widgets.composer``), model drops (``model_drops``), the library
-and first run (``library_controls``), the local server (``serving_controls``), shortcuts and
-menus (``window_keys``).
+(neither thread waits for the other); the reply streams in through a ``StreamPacer``. Its
+parts: the composer, model drops (``model_drops``), the library and first run
+(``library_controls``), the local server (``serving_controls``), keys (``window_keys``).
 """
 
 from __future__ import annotations
@@ -191,7 +190,7 @@ class MainWindow(QMainWindow):
         self.request_generate.connect(self.worker.generate)
         self.worker.model_loaded.connect(self._on_loaded)
         self.worker.started.connect(self._on_started)
-        self.pacer = StreamPacer(self._show_update, parent=self)  # keeps; draws when due
+        self.pacer = StreamPacer(self._show_update, parent=self, paced=self.worker.pace_updates)
         self.worker.segments.connect(self.pacer.push)
         self.worker.mode_switched.connect(self.panel.show_mode_switch)
         self.worker.finished.connect(self._on_finished)
@@ -415,6 +414,7 @@ class MainWindow(QMainWindow):
     @Slot(object)
     def _on_loaded(self, info: ModelInfo) -> None:
         self._loaded = info
+        self.pacer.pace_for(info.decodes_on_cpu, self.panel.chart)
         self.think_box.setVisible(info.thinks)
         self.available_modes = list(info.modes)
         self.max_context = info.max_context

@@ -25,6 +25,7 @@ class ModelInfo:
     mtp: str = ""  # where the MTP head came from ("" when none)
     mtp_reason: str = ""  # why there is none
     thinks: bool = False  # a thinking model (the Think toggle shows); remote: unknown, False
+    decodes_on_cpu: bool = False  # the engine computes on this machine's CPU (stream_pacer)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,9 @@
 grabs the finished reply with its reasoning folded and then opened (thinking_collapsed.png,
 thinking_expanded.png).
 
+``--long`` asks for a long Markdown tutorial (headings, lists, code blocks, a table; up to 900
+tokens) and grabs it mid-stream and finished (long_streaming.png, long_finished.png).
+
 ``--transfer`` also exports the finished conversation (File → Export), deletes it, imports the
 file back and grabs the window before and after (transfer_before.png, transfer_after.png).
 
@@ -37,6 +40,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from PySide6.QtCore import QObject, QTimer, Slot
 
 import engine_mlx  # noqa: F401  (the BLAS before mlx)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from window_overhead import LONG
+
 from engine_mlx.demo import DEMO
 
 
@@ -49,6 +56,7 @@ class Driver(QObject):
         self.app, self.win, self.args = app, win, args
         self.segments = 0
         self.switched_at = 0
+        self.streaming_grabbed = False
 
     def grab(self, name: str) -> None:
         self.app.primaryScreen().grabWindow(0).save(str(self.args.out / name))
@@ -82,6 +90,11 @@ class Driver(QObject):
             self.win.settings = replace(
                 self.win.settings, thinking_budget=40, max_tokens=120, temperature=0.0
             )
+        if self.args.long:
+            from dataclasses import replace
+
+            prompt = LONG
+            self.win.settings = replace(self.win.settings, max_tokens=900, temperature=0.0)
         self.win.prompt_edit.setPlainText(prompt)
         self.win.send()
 
@@ -92,8 +105,11 @@ class Driver(QObject):
             if self.switched_at and self.segments == self.switched_at + 30:
                 self.grab("switch.png")
                 self.win.stop()
-        elif self.segments == 45:
-            self.grab("streaming.png")
+        elif not self.streaming_grabbed and len(self.win.chat.streaming_text()) >= (
+            2500 if self.args.long else 400
+        ):
+            self.streaming_grabbed = True
+            self.grab("long_streaming.png" if self.args.long else "streaming.png")
 
     @Slot(object)
     def on_switch(self, *_: object) -> None:
@@ -108,7 +124,7 @@ class Driver(QObject):
 
     @Slot()
     def finish(self) -> None:
-        self.grab("finished.png")
+        self.grab("long_finished.png" if self.args.long else "finished.png")
         if self.args.thinking:
             self.grab("thinking_collapsed.png")
             message = self.win.store.messages(self.win.conversation_id)[-1]
@@ -231,6 +247,7 @@ def main() -> int:
     )
     parser.add_argument("--width", type=int, default=1280, help="window width in pixels")
     parser.add_argument("--transfer", action="store_true", help="export, delete, import back")
+    parser.add_argument("--long", action="store_true", help="a long reply, mid-stream/finished")
     parser.add_argument("--thinking", action="store_true", help="a thinking reply, folded/open")
     parser.add_argument("--library", action="store_true", help="library.png: a download")
     parser.add_argument("--library-repo", default=DEMO.hub_repo)

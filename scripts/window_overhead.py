@@ -9,7 +9,8 @@ Next to tok/s it reports the GUI thread's time: its CPU time per token over the 
 (``time.thread_time``: handlers, layout, painting, everything), and the pacer's accounts
 (``app.stream_pacer.GuiCost``): time per redraw, redraws per second, and the mean redraw per
 quarter of the reply. Both runs ignore the end-of-sequence token, so each reply is as long
-as asked.
+as asked. ``--shares 0.025,0.5`` streams each run once per share of the GUI thread given to
+the stream (``app.stream_pacer``) instead of the window's own choice, before the engine's run.
 """
 
 from __future__ import annotations
@@ -74,10 +75,12 @@ class Runs:
             return statistics.median(values) if values else float("nan")
 
         w, e = med(self.window_tps), med(self.engine_tps)
+        pairs = med([a / b for a, b in zip(self.window_tps, self.engine_tps, strict=True)])
         quarters = [med([q[i] for q in self.quarters if len(q) > i]) for i in range(4)]
         return (
             f"{name}: {round(med(self.tokens))} tokens; window {w:.2f} tok/s, engine alone "
-            f"{e:.2f} tok/s, ratio {w / e:.3f} (runs: window "
+            f"{e:.2f} tok/s, ratio {w / e:.3f}, median of the runs' ratios {pairs:.3f} "
+            f"(runs: window "
             f"{[round(x, 2) for x in self.window_tps]}, engine "
             f"{[round(x, 2) for x in self.engine_tps]})\n"
             f"  GUI thread: {med(self.gui_ms_per_token):.3f} ms CPU per token; "
@@ -99,19 +102,39 @@ def quarter_means(samples: list[tuple[int, float]]) -> list[float]:
     return [statistics.fmean(b) if b else float("nan") for b in buckets]
 
 
+def stream_once(win, waiter: Waiter, prompt: str, runs: Runs) -> None:
+    """One reply streamed in the window; its speed and the GUI thread's time kept in ``runs``."""
+    from app.stream_pacer import GuiCost
+
+    win.new_chat()
+    win.prompt_edit.setPlainText(prompt)
+    win.pacer.cost = GuiCost()
+    cpu_start = time.thread_time()
+    win.send()
+    waiter.loop.exec()
+    cost, stats = win.pacer.cost, waiter.stats
+    tokens = int(stats.get("generated_tokens") or 0)
+    decode_s = tokens / stats["decode_tps"] if stats.get("decode_tps") else 0.0
+    runs.window_tps.append(stats["decode_tps"])
+    runs.tokens.append(tokens)
+    runs.gui_ms_per_token.append(1000 * (waiter.gui_cpu_end - cpu_start) / max(tokens, 1))
+    runs.ms_per_redraw.append(1000 * cost.flush_s / max(cost.flushes, 1))
+    runs.redraws_per_s.append(cost.flushes / decode_s if decode_s else 0.0)
+    runs.quarters.append(quarter_means(cost.samples))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=128, help="the short reply")
     parser.add_argument("--long-tokens", type=int, default=2000, help="the long one (0: none)")
+    parser.add_argument("--shares", default="", help="stream shares to compare, e.g. 0.025,0.5")
     args = parser.parse_args()
 
     from PySide6.QtWidgets import QApplication
 
     from app.main_window import MainWindow
-    from app.stream_pacer import GuiCost
     from engine_mlx.api import encode_prompt
-    from engine_mlx.config import GenerationConfig
 
     _app = QApplication(sys.argv[:1])  # kept alive for the whole run
     win = MainWindow("", db_path=Path(tempfile.mkdtemp()) / "overhead.sqlite3")
@@ -136,27 +159,22 @@ def main() -> int:
         )
         win._overrides = {"ignore_eos": True}
         ids = encode_prompt(session.target, [{"role": "user", "content": prompt}])
-        config = GenerationConfig(max_tokens=max_tokens, ignore_eos=True)
-        runs = Runs()
+        # The engine alone decodes with the very settings the window sends (the app's sampling
+        # defaults at temperature 0: its repetition penalty too), so the two replies are equal.
+        config = win.worker._config(win._generation_settings())
+        chosen = win.pacer.share
+        shares = [float(x) for x in args.shares.split(",")] if args.shares else [chosen]
+        runs = {share: Runs() for share in shares}
         for _ in range(args.runs):
-            win.new_chat()
-            win.prompt_edit.setPlainText(prompt)
-            win.pacer.cost = GuiCost()
-            cpu_start = time.thread_time()
-            win.send()
-            waiter.loop.exec()
-            cost, stats = win.pacer.cost, waiter.stats
-            tokens = int(stats.get("generated_tokens") or 0)
-            decode_s = tokens / stats["decode_tps"] if stats.get("decode_tps") else 0.0
-            runs.window_tps.append(stats["decode_tps"])
-            runs.tokens.append(tokens)
-            runs.gui_ms_per_token.append(1000 * (waiter.gui_cpu_end - cpu_start) / max(tokens, 1))
-            runs.ms_per_redraw.append(1000 * cost.flush_s / max(cost.flushes, 1))
-            runs.redraws_per_s.append(cost.flushes / decode_s if decode_s else 0.0)
-            runs.quarters.append(quarter_means(cost.samples))
+            for share, kept in runs.items():
+                win.pacer.share = share
+                stream_once(win, waiter, prompt, kept)
             finished = list(session.generate(ids, config))[-1]
-            runs.engine_tps.append(finished.stats.decode_tps)
-        print(runs.report(name), flush=True)
+            for kept in runs.values():
+                kept.engine_tps.append(finished.stats.decode_tps)
+        for share, kept in runs.items():
+            print(kept.report(f"{name}, stream share {share:g}"), flush=True)
+        win.pacer.share = chosen
     win.close()
     return 0
 

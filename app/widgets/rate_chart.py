@@ -24,6 +24,7 @@ COALESCE_S = 0.02  # updates closer than this (a burst of commits) become one ch
 # New points are drawn at most this often: the line moves 4 times a second, and each redraw
 # (~10 ms on a busy 2-core machine) is GUI time taken from decoding.
 REPAINT_S = 0.25
+BUSY_REPAINT_S = 1.0  # where the engine decodes on this CPU (``app.stream_pacer``)
 MARKER = QColor(168, 98, 222)  # mid lightness: reads on light and dark backgrounds alike
 
 
@@ -71,6 +72,10 @@ class RateChart(QWidget):
         self.repaint_timer.timeout.connect(self.update)
 
     # --- data -------------------------------------------------------------------------------
+
+    def pace(self, seconds: float) -> None:
+        """Draw new points at most every ``seconds``."""
+        self.repaint_timer.setInterval(round(seconds * 1000))
 
     def begin_series(self, now: float) -> None:
         """Start a new line so two generations are never joined across the idle gap."""

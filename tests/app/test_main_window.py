@@ -9,6 +9,8 @@ from PySide6.QtWidgets import QLabel
 
 from app.main_window import MainWindow
 from app.messages import LiveUpdate
+from app.stream_pacer import CPU_SHARE
+from app.widgets.rate_chart import BUSY_REPAINT_S
 from engine_mlx.events import ModeSwitch, Started, Tokens
 from engine_mlx.modes import Mode
 from engine_mlx.stats import StepStats
@@ -157,6 +159,10 @@ def test_status_bar_names_the_blas_and_its_reason(qtbot, make_window):
     assert message.startswith("MLX ") and "CPU" in message
     assert status().summary() in message
     assert status().reason in win.statusBar().toolTip()
+    # The engine decodes on this CPU: the stream keeps to its share of the GUI thread.
+    assert win._loaded is not None and win._loaded.decodes_on_cpu
+    assert win.pacer.share == CPU_SHARE
+    assert win.panel.chart.repaint_timer.interval() == round(BUSY_REPAINT_S * 1000)
 
 
 def test_measuring_step_costs_is_said_in_the_status_bar(

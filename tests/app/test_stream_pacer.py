@@ -54,19 +54,58 @@ def test_flush_shows_everything_at_once_and_is_idempotent(qtbot) -> None:
     assert not pacer.pending
 
 
+def _clocks(monkeypatch: pytest.MonkeyPatch) -> dict[str, float]:
+    """The pacer's two clocks, moved by hand: wall (perf_counter) and the thread's CPU."""
+    clock = {"wall": 10.0, "cpu": 1.0}
+    monkeypatch.setattr(stream_pacer.time, "perf_counter", lambda: clock["wall"])
+    monkeypatch.setattr(stream_pacer.time, "thread_time", lambda: clock["cpu"])
+    return clock
+
+
 def test_a_slow_flush_pushes_the_next_one_back(qtbot, monkeypatch: pytest.MonkeyPatch) -> None:
-    now = [10.0]
-    monkeypatch.setattr(stream_pacer.time, "perf_counter", lambda: now[0])
+    clock = _clocks(monkeypatch)
 
     def slow(_update: LiveUpdate) -> None:
-        now[0] += 0.2  # a redraw that took 200 ms
+        clock["wall"] += 0.1  # a redraw that took 100 ms of the GUI thread's CPU
+        clock["cpu"] += 0.1
 
     pacer = StreamPacer(slow, interval_s=0.04)
     pacer.push(LiveUpdate((("x", False),), None))
     pacer.flush()
     pacer.push(LiveUpdate((("y", False),), None))
     # The next flush waits as long again (the GUI thread at most half busy), not 40 ms.
-    assert pacer._timer.remainingTime() > 150  # 400 ms after it began, 200 ms from now
+    assert 80 < pacer._timer.remainingTime() <= 100
+
+
+def test_where_the_engine_shares_the_cpu_frames_keep_to_its_share(
+    qtbot, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = _clocks(monkeypatch)
+
+    def frame(_update: LiveUpdate) -> None:
+        clock["wall"] += 0.003  # a 3 ms redraw
+        clock["cpu"] += 0.003
+
+    pacer = StreamPacer(frame, share=stream_pacer.CPU_SHARE)
+    pacer.push(LiveUpdate((("x", False),), None))
+    pacer.flush()
+    # 3 ms is 2.5% of 120 ms: the next frame begins 120 ms after this one began, not
+    # FRAME_S (50 ms).
+    assert pacer._next_at == pytest.approx(clock["wall"] - 0.003 + 0.003 / stream_pacer.CPU_SHARE)
+    # The paints and handlers between frames count too: 7 ms more of the thread's CPU
+    # before the next flush make 10 ms since the last frame, 400 ms at 2.5% (and SLOWEST_S
+    # at most) from this frame's start.
+    clock["wall"] += 0.2
+    clock["cpu"] += 0.007
+    pacer.push(LiveUpdate((("y", False),), None))
+    pacer.flush()
+    assert pacer._next_at == pytest.approx(clock["wall"] - 0.003 + stream_pacer.SLOWEST_S)
+    # After an idle gap only the frame's own CPU counts: a quiet thread draws at once.
+    clock["wall"] += 10.0
+    clock["cpu"] += 0.5  # whatever the window did meanwhile
+    pacer.push(LiveUpdate((("z", False),), None))
+    pacer.flush()
+    assert pacer._next_at == pytest.approx(clock["wall"] - 0.003 + 0.003 / stream_pacer.CPU_SHARE)
 
 
 def test_the_chart_redraws_at_its_own_slower_pace(qtbot) -> None:

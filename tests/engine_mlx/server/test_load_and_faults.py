@@ -185,7 +185,11 @@ def test_streams_leavers_and_bad_bodies_at_once_then_it_still_answers(start_serv
     assert results["plain"].status_code in (200, 429), results["plain"].text
     assert results["slow"].startswith(b"HTTP/1.1 408")
     sent, answer = results["chunked"]
-    assert sent < 24 * MB and (answer == b"" or answer.startswith(b"HTTP/1.1 413"))
+    # Cut off before it was all read: by the size limit, or (a client slowed by the load
+    # beside it) by this server's 1 s body deadline; the size limit alone is tested above.
+    assert sent < 24 * MB and (
+        answer == b"" or answer.startswith((b"HTTP/1.1 413", b"HTTP/1.1 408"))
+    )
     assert results["declared"].status_code == 413
     assert results["evil"] == [403] * 10 and results["health"] == [200] * 20
     after = httpx.post(
