@@ -6,7 +6,8 @@
 multiplied in turn, as a decoding forward streams its layers, with 1-16 rows of x; the 25th
 percentile of the per-matrix time. MLX's affine layout, groups of 64, two threads (the
 float32 product's pool for both). Quantized: with int8 activations (AVX-512 VNNI and AVX2
-builds) and with float activations.
+builds) and with float activations; at 4 bits also in panels of eight rows where the build
+has them (AVX2: cpu/quant_panels.c), the engine's layout there.
 """
 
 from __future__ import annotations
@@ -44,12 +45,17 @@ def main() -> int:
     quant.use_pool(dense.library)
     rng = np.random.default_rng(0)
     weights = [rng.standard_normal((N, K)).astype(np.float32) for _ in range(COUNT)]
-    packed = {
-        bits: [quant.matrix(*[np.array(a) for a in mx.quantize(mx.array(w), group_size=64,
-                                                                bits=bits)], bits=bits, group=64)
+    quantized = {
+        bits: [[np.array(a) for a in mx.quantize(mx.array(w), group_size=64, bits=bits)]
                for w in weights]
         for bits in (8, 4)
     }  # fmt: skip
+    packed = {
+        bits: [quant.matrix(*arrays, bits=bits, group=64) for arrays in quantized[bits]]
+        for bits in (8, 4)
+    }
+    panels = [quant.matrix(*arrays, bits=4, group=64, panels=True) for arrays in quantized[4]]
+    del quantized
     print(f"# {machine_description()}; {COUNT} matrices {N}x{K} in turn, cache-cold")
     for m in (1, 4, 8, 16):
         x = rng.standard_normal((m, K)).astype(np.float32)
@@ -69,6 +75,13 @@ def main() -> int:
                 t = sweep(quantized)
                 label = f"{bits}-bit {'int8' if int8 else 'float'} x"
                 row += f", {label} {t * 1e3:.3f} ms ({t32 / t:.2f}x)"
+        if panels[0].panel:
+
+            def in_panels(i: int, x=x) -> None:
+                panels[i].multiply(x, threads=2)
+
+            t = sweep(in_panels)
+            row += f", 4-bit int8 x in panels {t * 1e3:.3f} ms ({t32 / t:.2f}x)"
         print(row, flush=True)
     return 0
 

@@ -48,9 +48,15 @@
 #else
 #define INT8_DOTS 0
 #endif
+#if INT8_DOTS && CHUNK == 32
+#define PANELS_BUILD 1 /* the AVX2 int8 path: weights in panels (quant_panels.c) */
+#else
+#define PANELS_BUILD 0
+#endif
 
 typedef struct {
   int m, n, k, bits, group, int8;
+  int panel;           /* 0: MLX's row layout; PANEL: q, scales and biases in panels (quant_panels.c) */
   const float *x;      /* [m, k] */
   const uint8_t *q;    /* [n, k * bits / 8] */
   const void *scales;  /* [n, k / group]: float32, or float16 where ``half`` */
@@ -480,6 +486,8 @@ static inline __m256 four_scales(const product *p, size_t s0, int groups, int fi
 
 FOLD_TILE(1) FOLD_TILE(2) FOLD_TILE(3) FOLD_TILE(4)
 #define FOLDS 1
+
+#include "quant_panels.c"
 #else
 #define FOLDS 0
 #endif
@@ -663,6 +671,12 @@ static void block_16(const product *p, int r0, int rows, int j0, int cols) {
 }
 
 static void block(const product *p, int r0, int rows, int j0, int cols) {
+#if PANELS_BUILD
+  if (p->panel) {
+    panel_block(p, r0, rows, j0);
+    return;
+  }
+#endif
   if (p->bits == 16) {
     block_16(p, r0, rows, j0, cols);
     return;
@@ -692,21 +706,25 @@ static void block(const product *p, int r0, int rows, int j0, int cols) {
     block_8(p, r0, rows, j0, cols);
 }
 
-/* Output columns [begin, end): each group of COLS weight rows is unpacked once per block of
- * ROWS rows of x (the weights of a few columns stay in cache across the row blocks). */
+/* The output columns a block covers: a panel's eight, or COLS. */
+static inline int block_width(const product *p) { return p->panel ? p->panel : COLS; }
+
+/* Output columns [begin, end): each group of COLS weight rows (or a panel) is unpacked once per
+ * block of ROWS rows of x (the weights of a few columns stay in cache across the row blocks). */
 static void columns(const product *p, int begin, int end) {
-  for (int j = begin; j < end; j += COLS) {
-    const int cols = end - j < COLS ? end - j : COLS;
+  const int width = block_width(p);
+  for (int j = begin; j < end; j += width) {
+    const int cols = end - j < width ? end - j : width;
     for (int r = 0; r < p->m; r += ROWS) block(p, r, p->m - r < ROWS ? p->m - r : ROWS, j, cols);
   }
 }
 
-/* Part ``index`` of ``parts``: equal runs of the n columns, on COLS boundaries. */
+/* Part ``index`` of ``parts``: equal runs of the n columns, on block boundaries. */
 static void part(const void *ctx, int index, int parts) {
   const product *p = ctx;
-  const int blocks = (p->n + COLS - 1) / COLS;
-  const int begin = (int)((long)blocks * index / parts) * COLS;
-  int end = (int)((long)blocks * (index + 1) / parts) * COLS;
+  const int width = block_width(p), blocks = (p->n + width - 1) / width;
+  const int begin = (int)((long)blocks * index / parts) * width;
+  int end = (int)((long)blocks * (index + 1) / parts) * width;
   if (end > p->n) end = p->n;
   if (begin < end) columns(p, begin, end);
 }
@@ -722,30 +740,62 @@ static int valid_shape(int k, int bits, int group) {
          (group & (group - 1)) == 0 && k % group == 0;
 }
 
+/* Whether a product can take weights in panels: 4 bits, int8 activations on the AVX2 build,
+ * whole panels. */
+static int valid_panel(int n, int bits, int int8) {
+  return PANELS_BUILD && int8 && bits == 4 && n % 8 == 0;
+}
+
 /* ---- dequantization, for prefill: float32 rows of W for the BLAS ---- */
 
 typedef struct {
   int rows, k, bits, group;
   const uint8_t *q;
   const void *scales, *biases;
-  int half;
+  int half, panel;
   float *out; /* [rows, k] */
 } unpacking;
+
+/* Row ``n`` of a panel matrix (4 bits) in MLX's layout: its bytes into ``q``, its scales and
+ * biases as floats. */
+static void panel_row(const unpacking *u, int n, uint8_t *q, float *scales, float *biases) {
+  const int words = u->k / 8, groups = u->k / u->group;
+  const size_t panel = (size_t)(n / 8), lane = (size_t)(n % 8);
+  for (int d = 0; d < words; d++) memcpy(q + (size_t)d * 4, u->q + ((panel * words + d) * 8 + lane) * 4, 4);
+  for (int g = 0; g < groups; g++) {
+    const size_t i = (panel * groups + g) * 8 + lane;
+    scales[g] = param(u->scales, u->half, i);
+    biases[g] = param(u->biases, u->half, i);
+  }
+}
 
 static void unpack_part(const void *ctx, int index, int parts) {
   const unpacking *u = ctx;
   const int begin = (int)((long)u->rows * index / parts), end = (int)((long)u->rows * (index + 1) / parts);
   const int groups = u->k / u->group, row_bytes = u->k * u->bits / 8;
+  uint8_t gathered[u->panel ? row_bytes : 1];
+  float gathered_params[u->panel ? 2 * groups : 1];
   for (int n = begin; n < end; n++) {
     const uint8_t *q = u->q + (size_t)n * row_bytes;
+    const void *scales = u->scales, *biases = u->biases;
+    size_t first = (size_t)n * groups; /* the row's first scale and bias */
+    int half = u->half;
+    if (u->panel) {
+      panel_row(u, n, gathered, gathered_params, gathered_params + groups);
+      q = gathered;
+      scales = gathered_params;
+      biases = gathered_params + groups;
+      first = 0;
+      half = 0;
+    }
     float *out = u->out + (size_t)n * u->k;
     if (u->bits == 16) {
       for (int kk = 0; kk < u->k; kk += VW) store_vector(out + kk, half_floats((const uint16_t *)q + kk));
       continue;
     }
     for (int g = 0; g < groups; g++) {
-      const vf scale = splat(param(u->scales, u->half, (size_t)n * groups + g));
-      const vf bias = splat(param(u->biases, u->half, (size_t)n * groups + g));
+      const vf scale = splat(param(scales, half, first + g));
+      const vf bias = splat(param(biases, half, first + g));
       for (int kk = g * u->group; kk < (g + 1) * u->group; kk += VW) {
         store_vector(out + kk, (u->bits == 4 ? nibbles(q + kk / 2) : bytes(q + kk)) * scale + bias);
       }
@@ -755,12 +805,13 @@ static void unpack_part(const void *ctx, int index, int parts) {
 
 /* Rows [0, rows) of W as float32 into ``out`` ([rows, k]): mx.dequantize's values, within a
  * rounding (scale * q + bias fused). Prefill's many rows are faster through the BLAS than
- * through the few-row product. */
+ * through the few-row product. ``panel``: W in panels, q starting at a panel's first row. */
 int fq_dequantize(int rows, int k, int bits, int group, const uint32_t *q, const void *scales,
-                  const void *biases, int half, float *out, int threads) {
+                  const void *biases, int half, float *out, int threads, int panel) {
   if (!valid_shape(k, bits, group)) return -1;
-  if (rows < 1) return -1;
-  const unpacking u = {rows, k, bits, group, (const uint8_t *)q, scales, biases, half, out};
+  if (rows < 1 || (panel && !valid_panel((rows + 7) / 8 * 8, bits, 1))) return -1;
+  const unpacking u = {rows, k, bits, group, (const uint8_t *)q, scales, biases, half,
+                       panel ? 8 : 0, out};
   if (parallel && threads > 1 && (long)rows * k >= SPLIT_WORK)
     parallel(unpack_part, &u, threads);
   else
@@ -782,14 +833,21 @@ int fq_int8_activations(void) {
 
 void fq_set_pool(parallel_fn fn) { parallel = fn; }
 
+/* The weight rows of a panel this build multiplies (8: the AVX2 int8 path), 0 where it keeps
+ * MLX's row layout (quant_panels.c). */
+int fq_panel_width(void) { return PANELS_BUILD ? 8 : 0; }
+
 /* The product; 0 on success, -1 for a shape this layout cannot hold, -2 out of memory.
  * ``threads`` > 1 splits the n output columns over the pool (when one is set); ``int8`` asks
- * for int8 activations, where the build has them. */
+ * for int8 activations, where the build has them; ``panel``: the weights are in panels
+ * (fq_panel_width), which only int8 activations read. */
 int fq_gemm(int m, int n, int k, int bits, int group, const float *x, const uint32_t *q,
-            const void *scales, const void *biases, int half, float *y, int threads, int int8) {
+            const void *scales, const void *biases, int half, float *y, int threads, int int8,
+            int panel) {
   if (m < 1 || n < 1 || !valid_shape(k, bits, group)) return -1;
+  if (panel && !valid_panel(n, bits, int8)) return -1;
   product p = {.m = m, .n = n, .k = k, .bits = bits, .group = group,
-               .int8 = int8 && INT8_DOTS && bits != 16,
+               .int8 = int8 && INT8_DOTS && bits != 16, .panel = panel ? 8 : 0,
                .x = x, .q = (const uint8_t *)q, .scales = scales, .biases = biases,
                .half = half, .y = y};
   char *scratch = 0;

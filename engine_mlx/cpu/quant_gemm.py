@@ -33,13 +33,14 @@ class QuantGemm:
         lib.fq_gemm.restype = ctypes.c_int
         lib.fq_gemm.argtypes = [
             *(ctypes.c_int,) * 5, *(ctypes.c_void_p,) * 4, ctypes.c_int, ctypes.c_void_p,
-            *(ctypes.c_int,) * 2,
+            *(ctypes.c_int,) * 3,
         ]  # fmt: skip
         lib.fq_dequantize.restype = ctypes.c_int
         lib.fq_dequantize.argtypes = [
             *(ctypes.c_int,) * 4, *(ctypes.c_void_p,) * 3, ctypes.c_int, ctypes.c_void_p,
-            ctypes.c_int,
+            *(ctypes.c_int,) * 2,
         ]  # fmt: skip
+        lib.fq_panel_width.restype = ctypes.c_int
         lib.fq_layer_inputs.restype = ctypes.c_int
         lib.fq_layer_inputs.argtypes = [
             ctypes.c_void_p, ctypes.c_int, *(ctypes.c_void_p,) * 6, ctypes.c_int, ctypes.c_int
@@ -56,6 +57,11 @@ class QuantGemm:
     def int8_activations(self) -> bool:
         """Whether this build can round x to int8 per group (AVX-512 VNNI and AVX2 builds)."""
         return bool(self.library.fq_int8_activations())
+
+    def panel_width(self) -> int:
+        """Weight rows per panel where this build multiplies 4-bit weights stored in panels
+        (8: AVX2, see quant_panels.c), 0 where it keeps MLX's row layout."""
+        return self.library.fq_panel_width()
 
     def int8_instructions(self) -> str:
         """The instructions its int8 dot products use, or "" where activations stay float."""
@@ -74,10 +80,17 @@ class QuantGemm:
         bits: int,
         group: int,
         half: bool = True,
+        panels: bool = False,
+        packed_in_panels: bool = False,
     ) -> QuantizedMatrix:
         """The weights checked and held for repeated products; ValueError for a shape the
-        layout cannot hold. ``half``: scales and biases that are float16 values held so."""
-        return QuantizedMatrix(self, packed, scales, biases, bits, group, half)
+        layout cannot hold. ``half``: scales and biases that are float16 values held so.
+        ``panels``: stored in panels where this build has them (then multiplied with int8
+        activations only); ``packed_in_panels``: ``packed`` is in panels already (its owner
+        made it so: ``to_panels``), only scales and biases are reordered."""
+        return QuantizedMatrix(
+            self, packed, scales, biases, bits, group, half, panels, packed_in_panels
+        )
 
     def multiply(
         self,
@@ -100,6 +113,21 @@ class QuantGemm:
 HALF_PADDING = 32  # spare float16 entries after the last row's (see quant_gemm.c)
 
 
+def to_panels(rows: np.ndarray, width: int) -> np.ndarray:
+    """[n, c] rows of 4-byte words (or of groups' scales) -> panels of ``width`` rows, each
+    panel's column c holding its rows' entries side by side (quant_panels.c); same shape."""
+    n, c = rows.shape
+    panels = rows.reshape(n // width, width, c).transpose(0, 2, 1)
+    return np.ascontiguousarray(panels).reshape(n, c)
+
+
+def from_panels(panels: np.ndarray, width: int) -> np.ndarray:
+    """``to_panels``' inverse: MLX's row layout again."""
+    n, c = panels.shape
+    rows = panels.reshape(n // width, c, width).transpose(0, 2, 1)
+    return np.ascontiguousarray(rows).reshape(n, c)
+
+
 def _as_half(values: np.ndarray) -> np.ndarray | None:
     """``values`` as float16 with ``HALF_PADDING`` zeros after, or None unless every value
     converts exactly (a file's float16 scales, loaded as float32, always do)."""
@@ -115,7 +143,8 @@ class QuantizedMatrix:
     """One weight matrix in MLX's quantized layout, its buffers kept alive and their addresses
     taken once: a decoding forward multiplies ~170 of them per token. Scales and biases that
     are float16 values are held as float16 (the model file's own), 10% fewer bytes a product
-    at 4 bits."""
+    at 4 bits. 4-bit weights asked for in ``panels`` are stored eight rows side by side where
+    the build has that kernel (AVX2; ``panel`` is then 8, else 0)."""
 
     def __init__(
         self,
@@ -126,6 +155,8 @@ class QuantizedMatrix:
         bits: int,
         group: int,
         half: bool = True,
+        panels: bool = False,
+        packed_in_panels: bool = False,
     ) -> None:
         if bits not in BITS or group not in GROUPS:
             raise ValueError(f"no quantized product for {bits} bits in groups of {group}")
@@ -139,6 +170,15 @@ class QuantizedMatrix:
         if self.biases.shape != self.scales.shape:
             raise ValueError("scales and biases must have the same shape")
         self.n, self.k, self.bits, self.group = n, k, bits, group
+        width = gemm.panel_width() if panels and bits == 4 else 0
+        self.panel = width if width and n % width == 0 else 0
+        if packed_in_panels and not self.panel:
+            raise ValueError(f"this build does not multiply {n} rows of {bits} bits in panels")
+        if self.panel:
+            if not packed_in_panels:
+                self.packed = to_panels(self.packed, self.panel)
+            self.scales = to_panels(self.scales, self.panel)
+            self.biases = to_panels(self.biases, self.panel)
         self._gemm = gemm
         self._call = gemm.library.fq_gemm
         self._unpack = gemm.library.fq_dequantize
@@ -156,12 +196,15 @@ class QuantizedMatrix:
         """A new matrix of rows ``ids`` of this one (a draft vocabulary's head)."""
         groups = self.k // self.group
 
-        def take(values: np.ndarray) -> np.ndarray:
-            return values[: self.n * groups].reshape(self.n, groups)[ids].astype(np.float32)
+        def rows(values: np.ndarray) -> np.ndarray:  # [n, groups] in row order
+            table = values[: self.n * groups].reshape(self.n, groups)
+            return from_panels(table, self.panel) if self.panel else table
 
+        packed = from_panels(self.packed, self.panel) if self.panel else self.packed
         return QuantizedMatrix(
-            self._gemm, self.packed[ids], take(self.scales), take(self.biases), self.bits,
-            self.group,
+            self._gemm, packed[ids], rows(self.scales)[ids].astype(np.float32),
+            rows(self.biases)[ids].astype(np.float32), self.bits, self.group,
+            panels=bool(self.panel),
         )  # fmt: skip
 
     def __deepcopy__(self, memo: dict) -> QuantizedMatrix:
@@ -172,10 +215,12 @@ class QuantizedMatrix:
         x = np.ascontiguousarray(x, dtype=np.float32)
         if x.ndim != 2 or x.shape[1] != self.k:
             raise ValueError(f"x of shape {x.shape} does not meet weights of {self.k} columns")
+        if self.panel and not int8:
+            raise ValueError("weights stored in panels multiply with int8 activations only")
         y = np.empty((x.shape[0], self.n), dtype=np.float32)
         status = self._call(
-            x.shape[0], self.n, self.k, self.bits, self.group,
-            x.ctypes.data, *self._pointers, int(self.half), y.ctypes.data, threads, int(int8),
+            x.shape[0], self.n, self.k, self.bits, self.group, x.ctypes.data, *self._pointers,
+            int(self.half), y.ctypes.data, threads, int(int8), self.panel,
         )  # fmt: skip
         if status == -2:
             raise MemoryError("no memory for the quantized product's scratch space")
@@ -191,12 +236,14 @@ class QuantizedMatrix:
             raise ValueError(f"out must be a C-contiguous float32 [rows, {self.k}] array")
         if begin < 0 or begin + rows > self.n:
             raise ValueError(f"rows {begin}:{begin + rows} are not within the {self.n} rows")
+        if self.panel and begin % self.panel:
+            raise ValueError(f"rows of panels begin at a multiple of {self.panel}, not {begin}")
         offset = begin * self.k * self.bits // 8  # bytes of packed weights before ``begin``
         skipped = begin * (self.k // self.group) * (2 if self.half else 4)  # scales' bytes
         status = self._unpack(
             rows, self.k, self.bits, self.group, self._pointers[0] + offset,
             self._pointers[1] + skipped, self._pointers[2] + skipped, int(self.half),
-            out.ctypes.data, threads,
+            out.ctypes.data, threads, self.panel,
         )  # fmt: skip
         if status != 0:
             raise ValueError(f"no dequantization for {self.bits} bits in groups of {self.group}")
@@ -218,7 +265,7 @@ class HalfMatrix(QuantizedMatrix):
         self.packed = half
         self.scales = self.biases = np.zeros(HALF_PADDING, dtype=np.float16)  # never read
         self.n, self.k = half.shape
-        self.bits, self.group, self.half = 16, self.k, False
+        self.bits, self.group, self.half, self.panel = 16, self.k, False, 0
         self._gemm = gemm
         self._call = gemm.library.fq_gemm
         self._unpack = gemm.library.fq_dequantize

@@ -26,7 +26,7 @@ typedef struct {
   const uint32_t *q;
   const void *scales, *biases; /* float32, or float16 where ``half`` (see quant_gemm.c) */
   const float *bias;
-  int n, k, bits, group, half;
+  int n, k, bits, group, half, panel; /* panel: in panels of 8 rows (quant_panels.c), or 0 */
 } fq_matrix;
 
 /* A pre-norm decoder layer (llama, qwen2, qwen3): its shapes, norms and seven products. */
@@ -44,7 +44,7 @@ typedef struct {
   int count;
 } products;
 
-static int column_blocks(const product *p) { return (p->n + COLS - 1) / COLS; }
+static int column_blocks(const product *p) { return (p->n + block_width(p) - 1) / block_width(p); }
 
 static void products_part(const void *ctx, int index, int parts) {
   const products *s = ctx;
@@ -57,8 +57,8 @@ static void products_part(const void *ctx, int index, int parts) {
     const int blocks = column_blocks(p), lo = begin > first ? begin : first;
     const int hi = end < first + blocks ? end : first + blocks;
     if (lo < hi) {
-      const int stop = (hi - first) * COLS;
-      columns(p, (lo - first) * COLS, stop < p->n ? stop : p->n);
+      const int stop = (hi - first) * block_width(p);
+      columns(p, (lo - first) * block_width(p), stop < p->n ? stop : p->n);
     }
     first += blocks;
   }
@@ -70,10 +70,13 @@ static int multiply_shared(const fq_matrix *const *w, float *const *y, int count
                            const float *x, int threads, int int8) {
   products s = {.count = count};
   for (int i = 0; i < count; i++)
+    if (w[i]->panel && !valid_panel(w[i]->n, w[i]->bits, int8)) return -1;
+  for (int i = 0; i < count; i++)
     s.p[i] = (product){.m = m, .n = w[i]->n, .k = w[i]->k, .bits = w[i]->bits,
                        .group = w[i]->group, .int8 = int8 && INT8_DOTS && w[i]->bits != 16, .x = x,
                        .q = (const uint8_t *)w[i]->q, .scales = w[i]->scales,
-                       .biases = w[i]->biases, .half = w[i]->half, .y = y[i]};
+                       .biases = w[i]->biases, .half = w[i]->half, .y = y[i],
+                       .panel = w[i]->panel};
   char *scratch = 0;
 #if INT8_DOTS
   if (s.p[0].int8) {

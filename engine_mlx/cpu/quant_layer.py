@@ -26,6 +26,7 @@ class _Matrix(ctypes.Structure):
         ("bits", ctypes.c_int),
         ("group", ctypes.c_int),
         ("half", ctypes.c_int),
+        ("panel", ctypes.c_int),
     ]
 
 
@@ -90,7 +91,7 @@ class QuantLayer:
             bias_address = self._address(bias) if bias is not None else None
             setattr(layer, name, _Matrix(
                 *matrix._pointers, bias_address, matrix.n, matrix.k, matrix.bits, matrix.group,
-                int(matrix.half),
+                int(matrix.half), matrix.panel,
             ))  # fmt: skip
             self._keep.append(matrix)
         self._layer = layer

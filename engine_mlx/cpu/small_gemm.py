@@ -37,8 +37,10 @@ def compiler() -> str:
 
 
 def _included_sources(source: Path) -> list[str]:
-    """The C files ``source`` includes (``quant_layer.c`` builds on ``quant_gemm.c``)."""
-    return re.findall(r'^#include "([^"]+\.c)"', source.read_text(), flags=re.MULTILINE)
+    """The C files ``source`` includes, and theirs (``quant_layer.c`` builds on
+    ``quant_gemm.c``, which includes ``quant_panels.c``)."""
+    names = re.findall(r'^#include "([^"]+\.c)"', source.read_text(), flags=re.MULTILINE)
+    return [n for name in names for n in (name, *_included_sources(source.with_name(name)))]
 
 
 def library_path(march: str = "native", source: Path = SOURCE) -> Path:

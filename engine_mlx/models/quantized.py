@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 from typing import Any
 
 import mlx.core as mx
@@ -40,23 +41,44 @@ from engine_mlx.models import attention
 
 THREADS = 64  # as many as the shared pool has (one per core)
 PREFILL_ROWS = 128  # from here the BLAS on dequantized weights is faster (2-core Xeon)
-BLAS_BLOCK = 2048  # weight rows dequantized at a time (7 MB at 896 columns)
+BLAS_BLOCK = 2048  # weight rows dequantized at a time (7 MB at 896 columns; whole panels)
+# Weights in panels where the build multiplies them (quant_panels.c); FLASHCHAT_PANELS=0 keeps
+# MLX's row layout, to measure one against the other.
+PANELS = os.environ.get("FLASHCHAT_PANELS", "1") != "0"
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112  # CBLAS's enums
 
 
-def _matrix(layer: nn.Module) -> QuantizedMatrix | None:
+def _matrix(layer: nn.Module, int8: bool) -> QuantizedMatrix | None:
     gemm = product()
     if gemm is None or getattr(layer, "mode", "affine") != "affine":
         return None
     if layer.bits not in BITS or layer.group_size not in GROUPS or layer.get("biases") is None:
         return None
-    arrays = [np.asarray(layer[name]) for name in ("weight", "scales", "biases")]
-    if arrays[1].dtype != np.float32:
+    if layer.scales.dtype != mx.float32:
         return None  # half-precision scales: the model is not computed in float32
+    width = gemm.panel_width() if int8 and PANELS and layer.bits == 4 else 0
+    in_panels = bool(width) and layer.weight.ndim == 2 and layer.weight.shape[0] % width == 0
+    packed = _panel_weights(layer, width) if in_panels else np.asarray(layer.weight)
+    arrays = [np.asarray(layer[name]) for name in ("scales", "biases")]
     try:
-        return gemm.matrix(*arrays, bits=layer.bits, group=layer.group_size)
+        return gemm.matrix(
+            packed, *arrays, bits=layer.bits, group=layer.group_size, panels=in_panels,
+            packed_in_panels=in_panels,
+        )  # fmt: skip
     except ValueError:
         return None
+
+
+def _panel_weights(layer: nn.Module, width: int) -> np.ndarray:
+    """``layer``'s packed weights in panels (``cpu/quant_panels.c``), in a buffer MLX owns, as
+    a numpy view that keeps it alive; the layer's own ``weight`` becomes a lazy MLX expression
+    of MLX's row layout over that buffer, evaluated only where MLX's kernels run (an input not
+    in float32, a dequantized copy), so the weights are not held twice."""
+    n, words = layer.weight.shape
+    panels = layer.weight.reshape(n // width, width, words).transpose(0, 2, 1).reshape(n, words)
+    mx.eval(panels)
+    layer.weight = panels.reshape(n // width, words, width).transpose(0, 2, 1).reshape(n, words)
+    return np.asarray(panels)
 
 
 @functools.cache
@@ -218,7 +240,7 @@ def install(model: nn.Module, *, int8: bool = True) -> int:
                  CpuQuantizedEmbedding))  # fmt: skip
         for kind, replacement in kinds:
             if type(module) is kind:
-                matrix = _matrix(module)
+                matrix = _matrix(module, int8)
                 if matrix is None:
                     return module
                 swapped += 1

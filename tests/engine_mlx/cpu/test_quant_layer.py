@@ -28,7 +28,10 @@ def _build(march: str = "native") -> QuantGemm:
     return gemm
 
 
-def _layer(gemm: QuantGemm, rng, *, biases: bool, head_norms: bool, rope: tuple[int, bool]):
+def _layer(
+    gemm: QuantGemm, rng, *, biases: bool, head_norms: bool, rope: tuple[int, bool],
+    panels: bool = False,
+):  # fmt: skip
     shapes = {"q": (HEADS * D, HIDDEN), "k": (KV_HEADS * D, HIDDEN), "v": (KV_HEADS * D, HIDDEN),
               "o": (HIDDEN, HEADS * D), "gate": (WIDE, HIDDEN), "up": (WIDE, HIDDEN),
               "down": (HIDDEN, WIDE)}  # fmt: skip
@@ -40,7 +43,7 @@ def _layer(gemm: QuantGemm, rng, *, biases: bool, head_norms: bool, rope: tuple[
         # of two: float16 values stay float16 values)
         scales, bias_terms = scales * np.float32(0.25), bias_terms * np.float32(0.25)
         dense[name] *= 0.25
-        matrices[name] = gemm.matrix(packed, scales, bias_terms, bits=4, group=32)
+        matrices[name] = gemm.matrix(packed, scales, bias_terms, bits=4, group=32, panels=panels)
         assert matrices[name].half == half
 
     def norm(n: int) -> tuple[np.ndarray, float]:
@@ -156,3 +159,34 @@ def test_a_rotation_wider_than_a_head_is_refused():
     cos, sin = _angles(1, 2 * D)
     with pytest.raises(ValueError, match="cannot run"):
         layer.inputs(np.ones((1, HIDDEN), np.float32), cos, sin, threads=1, int8=False)
+
+
+def test_a_layer_in_panels_computes_the_row_layouts_and_a_rows_bits_are_its_own():
+    """The AVX2 build's panels (quant_panels.c) in both calls: the row layout's values within
+    float rounding, and a row's bits the same alone or among others."""
+    skip_unless_runnable("x86-64-v3")
+    gemm = _build("x86-64-v3")
+    kinds = {}
+    for panels in (False, True):
+        rng = np.random.default_rng(13)
+        layer, weights, _ = _layer(gemm, rng, biases=True, head_norms=True, rope=(D, False),
+                                   panels=panels)  # fmt: skip
+        assert all(m.panel == (8 if panels else 0) for m in weights.matrices.values())
+        kinds[panels] = layer
+    rng = np.random.default_rng(1)
+    rows = 9
+    h = rng.standard_normal((rows, HIDDEN)).astype(np.float32)
+    cos, sin = _angles(rows, D)
+    attention = rng.standard_normal((rows, HEADS * D)).astype(np.float32)
+    inputs = {p: layer.inputs(h, cos, sin, threads=2, int8=True) for p, layer in kinds.items()}
+    for got, want in zip(inputs[True], inputs[False], strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    outputs = {p: layer.outputs(h, attention, threads=2, int8=True) for p, layer in kinds.items()}
+    np.testing.assert_allclose(outputs[True], outputs[False], rtol=1e-4, atol=1e-4)
+    alone = kinds[True].inputs(h[4:5], cos[4:5], sin[4:5], threads=1, int8=True)
+    assert np.array_equal(alone[0][0], inputs[True][0][4])
+    assert np.array_equal(alone[1][:, 0], inputs[True][1][:, 4])
+    one = kinds[True].outputs(h[4:5], attention[4:5], threads=1, int8=True)
+    assert np.array_equal(one[0], outputs[True][4])
+    with pytest.raises(ValueError, match="cannot run"):
+        kinds[True].outputs(h, attention, threads=1, int8=False)

@@ -93,6 +93,31 @@ def test_every_quantized_layer_runs_on_the_engine_product(arch, quantized_dir):
     assert np.abs(ours - theirs).max() <= tolerance * scale
 
 
+def test_4_bit_layers_multiply_in_panels_and_mlx_keeps_their_values(quantized_dir):
+    """Where the build multiplies panels (AVX2), a 4-bit target's products read its weights in
+    panels; MLX's own ``weight`` still holds the file's values (a lazy view of the same buffer,
+    for MLX's kernels), and MLX's kernel over it agrees with the engine's product."""
+    width = quantized_product.product().panel_width()
+    if not quantized_product.int8_activations() or not width:
+        pytest.skip("this build keeps MLX's row layout (no AVX2 int8 path)")
+    folder = quantized_dir("qwen2", 4)
+    saved = mx.load(str(folder / "model.safetensors"))
+    target = TargetModel.load(folder)
+    layers = tree_flatten(target.model.leaf_modules(), is_leaf=nn.Module.is_module)
+    checked = 0
+    for name, layer in layers:
+        if not isinstance(layer, quantized.CpuQuantizedLinear):
+            continue
+        assert layer._matrix.panel == width, name
+        assert np.array_equal(np.array(layer.weight), np.array(saved[f"{name}.weight"])), name
+        x = mx.array(np.random.default_rng(checked).standard_normal((3, layer._matrix.k)))
+        ours = np.array(layer(x.astype(mx.float32)))
+        mlx_kernel = np.array(layer(x.astype(mx.float16)).astype(mx.float32))
+        np.testing.assert_allclose(ours, mlx_kernel, rtol=0.05, atol=0.05 * np.abs(ours).max())
+        checked += 1
+    assert checked
+
+
 def test_float_activations_match_mlx_quantized_kernels_closely(quantized_dir, monkeypatch):
     monkeypatch.setenv(quantized_product.ACTIVATIONS_SWITCH, "float")
     folder = quantized_dir("qwen3", 8)
