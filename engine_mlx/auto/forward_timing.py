@@ -15,6 +15,7 @@ from typing import Any
 import mlx.core as mx
 from mlx_lm.models.cache import ArraysCache, KVCache
 
+from engine_mlx.models.inplace_kv_cache import InPlaceKVCache
 from engine_mlx.models.target import TargetModel
 
 PREFILL_CHUNK = 512
@@ -74,7 +75,7 @@ def synthetic_context(target: TargetModel, depth: int) -> list[Any]:
     rest = depth - len(head)
     if rest <= 0:
         return cache
-    if not all(type(c) in (KVCache, ArraysCache) for c in cache):
+    if not all(type(c) in (KVCache, InPlaceKVCache, ArraysCache) for c in cache):
         return prefilled(target, depth_prompt(target, depth))
     key = mx.random.key(depth)
     for c in cache:

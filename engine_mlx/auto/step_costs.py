@@ -30,6 +30,7 @@ written by another format version, or older than ``MAX_AGE_DAYS``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -42,6 +43,7 @@ from importlib import metadata
 from pathlib import Path
 from statistics import median
 
+from engine_mlx import cpu as cpu_package
 from engine_mlx.auto.forward_timing import synthetic_context, time_forwards
 from engine_mlx.blas import status as blas_status
 from engine_mlx.cpu.machine import cores, cpu_signature
@@ -207,9 +209,19 @@ def from_json(data: dict, now: float | None = None) -> StepCosts:
     return StepCosts(verify)
 
 
+@functools.cache
+def kernels_digest() -> str:
+    """A digest of the engine's CPU kernels' sources (``engine_mlx/cpu``): a new build of
+    them (a faster product) times differently, so it gets a new table."""
+    digest = hashlib.sha256()
+    for source in sorted(Path(cpu_package.__file__).parent.glob("*.[ch]")):
+        digest.update(source.name.encode() + b"\0" + source.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def cache_file(target: TargetModel) -> Path:
-    """One file per machine and model: CPU, cores, BLAS, MLX, the model's files and dtype, and
-    how it is split across processes."""
+    """One file per machine and model: CPU, cores, BLAS, MLX, the engine's kernels, the
+    model's files and dtype, and how it is split across processes."""
     spec = target.spec
     config = Path(spec.path) / "config.json"
     try:
@@ -226,6 +238,7 @@ def cache_file(target: TargetModel) -> Path:
             str(cores()),
             blas_status().describe(),
             mlx,
+            kernels_digest(),
             str(Path(spec.path).resolve()),
             stamp,
             str(target.dtype),

@@ -10,8 +10,8 @@ through ``cpu/quant_layer.c``, two calls a layer around the row-by-row attention
 (``cpu/exact_attention``), which replaced ~15 numpy operations and 7 product calls a layer
 (the 4-bit demo at depth 0 on the EPYC: 37 -> 48 tok/s); prefill's many rows go through the
 same layer in numpy, their products to the BLAS on dequantized weights
-(``quantized.multiply_rows``). MLX runs only the embedding, the caches' updates (evaluated once
-after the last layer) and the head.
+(``quantized.multiply_rows``). MLX runs only the embedding, the caches' growth (their rows go
+straight into MLX's buffers: ``InPlaceKVCache``) and the head.
 
 Every step is computed row by row (norms along each row, the product's rows independent,
 attention row by row in position order), so a token's bits are the same decoded alone or
@@ -32,6 +32,7 @@ from engine_mlx.cpu.exact_attention import Slots
 from engine_mlx.cpu.quant_layer import LayerShape, LayerWeights, QuantLayer
 from engine_mlx.cpu.quantized_product import product
 from engine_mlx.models import attention, exact_attention
+from engine_mlx.models.inplace_kv_cache import InPlaceKVCache
 from engine_mlx.models.numpy_rope import NumpyRoPE
 from engine_mlx.models.quantized import (
     PREFILL_ROWS,
@@ -155,13 +156,17 @@ class NumpyLayer:
         self, q: np.ndarray, k: np.ndarray, v: np.ndarray, cache: KVCache, allowed: Slots
     ) -> np.ndarray:
         """Attention over the cache's slots and the new rows, read where they are: the cache
-        takes the rows lazily, evaluated once after the last layer (``settle``), not here."""
+        takes the rows in place (``InPlaceKVCache``), or lazily, evaluated once after the last
+        layer (``settle``), not here."""
         split = cache.offset
         if cache.keys is None:
             old_k, old_v = k, v  # nothing below the split
+        elif isinstance(cache, InPlaceKVCache):
+            old_k, old_v = (buffer[0] for buffer in cache.buffers())
         else:
             old_k, old_v = np.asarray(cache.keys)[0], np.asarray(cache.values)[0]
-        cache.update_and_fetch(mx.array(k[None]), mx.array(v[None]))
+        if not (isinstance(cache, InPlaceKVCache) and cache.write_rows(k, v)):
+            cache.update_and_fetch(mx.array(k[None]), mx.array(v[None]))
         return exact_attention.kernel().attend(
             q, old_k, old_v, allowed, self.scale, exact_attention.THREADS, new=(k, v, split)
         )
@@ -185,8 +190,15 @@ class ForwardRows:
 
 
 def settle(caches: list[KVCache]) -> None:
-    """Evaluate the caches' updates of a forward through the numpy layers, all at once."""
-    mx.eval([array for c in caches for array in (c.keys, c.values)])
+    """Evaluate the caches' updates of a forward through the numpy layers, all at once (an
+    in-place cache's only where MLX updated it)."""
+    pending = [
+        array
+        for c in caches
+        for array in (c.settle() if isinstance(c, InPlaceKVCache) else (c.keys, c.values))
+    ]
+    if pending:
+        mx.eval(pending)
 
 
 def numpy_layers(model: nn.Module) -> list[NumpyLayer] | None:
@@ -201,4 +213,4 @@ def runs(caches: list[Any]) -> bool:
     """Whether a forward goes through the numpy layers: over plain KV caches, any rows
     (prefill's too: row by row attention measured faster than MLX's fused kernel and numpy's
     softmax on the EPYC, 95 ms against 311 and 182 for 512 queries over 2,048 keys)."""
-    return all(type(c) is KVCache for c in caches)
+    return all(type(c) in (KVCache, InPlaceKVCache) for c in caches)

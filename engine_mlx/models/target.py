@@ -36,6 +36,7 @@ from engine_mlx.models import (
     quantized,
     swiglu,
 )
+from engine_mlx.models.inplace_kv_cache import InPlaceKVCache
 from engine_mlx.models.loading import ModelSpec, validate_model_folder
 from engine_mlx.models.numpy_rope import NumpyRoPE
 from engine_mlx.thinking import thinking_markers
@@ -201,6 +202,8 @@ class TargetModel:
         """This process's layers' caches, then (on rank 0 of a split target) the other
         ranks' as one ``RemoteCaches``."""
         cache = make_prompt_cache(self.model)
+        if self._numpy_layers is not None:  # their rows go straight into the buffers
+            cache = [InPlaceKVCache() if type(c) is KVCache else c for c in cache]
         if self.pipeline is not None:
             cache.append(RemoteCaches(self.pipeline, self._remote_trimmable))
         return cache

@@ -108,6 +108,9 @@ def test_calibration_runs_once_per_machine_and_model_then_comes_from_the_cache(
     monkeypatch.setattr(step_costs, "cpu_signature", lambda: "another CPU")
     assert step_costs.cache_file(target) != path  # and by machine
     monkeypatch.undo()
+    monkeypatch.setattr(step_costs, "kernels_digest", lambda: "another build")
+    assert step_costs.cache_file(target) != path  # and by the engine's kernels
+    monkeypatch.undo()
     monkeypatch.setenv("FLASHCHAT_STEP_COSTS", str(tmp_path))
     path.write_text("{not json")
     lines.clear()
