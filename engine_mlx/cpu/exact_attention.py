@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from engine_mlx.cpu.addresses import address
 from engine_mlx.cpu.small_gemm import library_path
 
 SOURCE = Path(__file__).with_name("exact_attention.c")
@@ -88,9 +89,9 @@ class ExactAttention:
             raise ValueError(f"allowed slots for {len(starts) - 1} rows, queries for {rows}")
         out = np.empty_like(q)
         status = self.library.ea_attend(
-            rows, heads, k.shape[0], d, q.ctypes.data, k.ctypes.data, v.ctypes.data,
-            k.strides[0] // 4, k2.ctypes.data, v2.ctypes.data, k2.strides[0] // 4, split,
-            idx.ctypes.data, starts.ctypes.data, scale, out.ctypes.data, threads,
+            rows, heads, k.shape[0], d, address(q), address(k), address(v),
+            k.strides[0] // 4, address(k2), address(v2), k2.strides[0] // 4, split,
+            address(idx), address(starts), scale, address(out), threads,
         )  # fmt: skip
         if status == -2:
             raise MemoryError("no memory for the attention's scores")

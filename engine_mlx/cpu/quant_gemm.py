@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from engine_mlx.cpu.addresses import address
 from engine_mlx.cpu.small_gemm import library_path
 
 # The library: the product and, built on it, the decoder layer's few-row work (quant_layer.c).
@@ -187,9 +188,9 @@ class QuantizedMatrix:
         if self.half:
             self.scales, self.biases = halves  # the float32 copies are not kept
         self._pointers = (
-            self.packed.ctypes.data,
-            self.scales.ctypes.data,
-            self.biases.ctypes.data,
+            address(self.packed),
+            address(self.scales),
+            address(self.biases),
         )
 
     def rows(self, ids: np.ndarray) -> QuantizedMatrix:
@@ -219,8 +220,8 @@ class QuantizedMatrix:
             raise ValueError("weights stored in panels multiply with int8 activations only")
         y = np.empty((x.shape[0], self.n), dtype=np.float32)
         status = self._call(
-            x.shape[0], self.n, self.k, self.bits, self.group, x.ctypes.data, *self._pointers,
-            int(self.half), y.ctypes.data, threads, int(int8), self.panel,
+            x.shape[0], self.n, self.k, self.bits, self.group, address(x), *self._pointers,
+            int(self.half), address(y), threads, int(int8), self.panel,
         )  # fmt: skip
         if status == -2:
             raise MemoryError("no memory for the quantized product's scratch space")
@@ -243,7 +244,7 @@ class QuantizedMatrix:
         status = self._unpack(
             rows, self.k, self.bits, self.group, self._pointers[0] + offset,
             self._pointers[1] + skipped, self._pointers[2] + skipped, int(self.half),
-            out.ctypes.data, threads, self.panel,
+            address(out), threads, self.panel,
         )  # fmt: skip
         if status != 0:
             raise ValueError(f"no dequantization for {self.bits} bits in groups of {self.group}")
@@ -269,7 +270,7 @@ class HalfMatrix(QuantizedMatrix):
         self._gemm = gemm
         self._call = gemm.library.fq_gemm
         self._unpack = gemm.library.fq_dequantize
-        self._pointers = (half.ctypes.data, self.scales.ctypes.data, self.biases.ctypes.data)
+        self._pointers = (address(half), address(self.scales), address(self.biases))
 
     def rows(self, ids: np.ndarray) -> HalfMatrix:
         return HalfMatrix(self._gemm, self.packed[ids])

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from engine_mlx.cpu.addresses import address
 from engine_mlx.cpu.quant_gemm import QuantGemm, QuantizedMatrix
 
 
@@ -100,7 +101,7 @@ class QuantLayer:
     def _address(self, array: np.ndarray) -> int:
         array = np.ascontiguousarray(array, dtype=np.float32)
         self._keep.append(array)
-        return array.ctypes.data
+        return address(array)
 
     def inputs(
         self, h: np.ndarray, cos: np.ndarray, sin: np.ndarray, *, threads: int, int8: bool
@@ -111,8 +112,8 @@ class QuantLayer:
         keys = np.empty((s.kv_heads, rows, s.head_dim), dtype=np.float32)
         values = np.empty_like(keys)
         status = self._gemm.library.fq_layer_inputs(
-            self._pointer, rows, h.ctypes.data, cos.ctypes.data, sin.ctypes.data,
-            queries.ctypes.data, keys.ctypes.data, values.ctypes.data, threads, int(int8),
+            self._pointer, rows, address(h), address(cos), address(sin),
+            address(queries), address(keys), address(values), threads, int(int8),
         )  # fmt: skip
         _check(status)
         return queries, keys, values
@@ -124,7 +125,7 @@ class QuantLayer:
         attention = np.ascontiguousarray(attention, dtype=np.float32)
         out = np.empty_like(h)
         status = self._gemm.library.fq_layer_outputs(
-            self._pointer, h.shape[0], h.ctypes.data, attention.ctypes.data, out.ctypes.data,
+            self._pointer, h.shape[0], address(h), address(attention), address(out),
             threads, int(int8),
         )  # fmt: skip
         _check(status)
