@@ -53,6 +53,7 @@
 #else
 #define PANELS_BUILD 0
 #endif
+#define PANEL 8 /* weight rows in a panel: the int32 lanes of an AVX2 vector */
 
 typedef struct {
   int m, n, k, bits, group, int8;
@@ -743,7 +744,7 @@ static int valid_shape(int k, int bits, int group) {
 /* Whether a product can take weights in panels: 4 bits, int8 activations on the AVX2 build,
  * whole panels. */
 static int valid_panel(int n, int bits, int int8) {
-  return PANELS_BUILD && int8 && bits == 4 && n % 8 == 0;
+  return PANELS_BUILD && int8 && bits == 4 && n % PANEL == 0;
 }
 
 /* ---- dequantization, for prefill: float32 rows of W for the BLAS ---- */
@@ -760,10 +761,10 @@ typedef struct {
  * biases as floats. */
 static void panel_row(const unpacking *u, int n, uint8_t *q, float *scales, float *biases) {
   const int words = u->k / 8, groups = u->k / u->group;
-  const size_t panel = (size_t)(n / 8), lane = (size_t)(n % 8);
-  for (int d = 0; d < words; d++) memcpy(q + (size_t)d * 4, u->q + ((panel * words + d) * 8 + lane) * 4, 4);
+  const size_t panel = (size_t)(n / PANEL), lane = (size_t)(n % PANEL);
+  for (int d = 0; d < words; d++) memcpy(q + (size_t)d * 4, u->q + ((panel * words + d) * PANEL + lane) * 4, 4);
   for (int g = 0; g < groups; g++) {
-    const size_t i = (panel * groups + g) * 8 + lane;
+    const size_t i = (panel * groups + g) * PANEL + lane;
     scales[g] = param(u->scales, u->half, i);
     biases[g] = param(u->biases, u->half, i);
   }
@@ -811,7 +812,7 @@ int fq_dequantize(int rows, int k, int bits, int group, const uint32_t *q, const
   if (!valid_shape(k, bits, group)) return -1;
   if (rows < 1 || (panel && !valid_panel((rows + 7) / 8 * 8, bits, 1))) return -1;
   const unpacking u = {rows, k, bits, group, (const uint8_t *)q, scales, biases, half,
-                       panel ? 8 : 0, out};
+                       panel ? PANEL : 0, out};
   if (parallel && threads > 1 && (long)rows * k >= SPLIT_WORK)
     parallel(unpack_part, &u, threads);
   else
@@ -835,7 +836,7 @@ void fq_set_pool(parallel_fn fn) { parallel = fn; }
 
 /* The weight rows of a panel this build multiplies (8: the AVX2 int8 path), 0 where it keeps
  * MLX's row layout (quant_panels.c). */
-int fq_panel_width(void) { return PANELS_BUILD ? 8 : 0; }
+int fq_panel_width(void) { return PANELS_BUILD ? PANEL : 0; }
 
 /* The product; 0 on success, -1 for a shape this layout cannot hold, -2 out of memory.
  * ``threads`` > 1 splits the n output columns over the pool (when one is set); ``int8`` asks
@@ -847,7 +848,7 @@ int fq_gemm(int m, int n, int k, int bits, int group, const float *x, const uint
   if (m < 1 || n < 1 || !valid_shape(k, bits, group)) return -1;
   if (panel && !valid_panel(n, bits, int8)) return -1;
   product p = {.m = m, .n = n, .k = k, .bits = bits, .group = group,
-               .int8 = int8 && INT8_DOTS && bits != 16, .panel = panel ? 8 : 0,
+               .int8 = int8 && INT8_DOTS && bits != 16, .panel = panel ? PANEL : 0,
                .x = x, .q = (const uint8_t *)q, .scales = scales, .biases = biases,
                .half = half, .y = y};
   char *scratch = 0;

@@ -87,8 +87,8 @@ class QuantGemm:
         """The weights checked and held for repeated products; ValueError for a shape the
         layout cannot hold. ``half``: scales and biases that are float16 values held so.
         ``panels``: stored in panels where this build has them (then multiplied with int8
-        activations only); ``packed_in_panels``: ``packed`` is in panels already (its owner
-        made it so: ``to_panels``), only scales and biases are reordered."""
+        activations only); ``packed_in_panels``: so, and ``packed`` is in panels already (its
+        owner made it so, as ``to_panels`` does): only scales and biases are reordered."""
         return QuantizedMatrix(
             self, packed, scales, biases, bits, group, half, panels, packed_in_panels
         )
@@ -171,7 +171,7 @@ class QuantizedMatrix:
         if self.biases.shape != self.scales.shape:
             raise ValueError("scales and biases must have the same shape")
         self.n, self.k, self.bits, self.group = n, k, bits, group
-        width = gemm.panel_width() if panels and bits == 4 else 0
+        width = gemm.panel_width() if (panels or packed_in_panels) and bits == 4 else 0
         self.panel = width if width and n % width == 0 else 0
         if packed_in_panels and not self.panel:
             raise ValueError(f"this build does not multiply {n} rows of {bits} bits in panels")

@@ -18,8 +18,6 @@
  * beside it. The panel's scales and biases are stored the same way: eight rows' entries for a
  * group side by side (QuantizedMatrix packs all three at load time). */
 
-#define PANEL 8 /* weight rows in a panel: the int32 lanes of an AVX2 vector */
-
 /* Eight rows' scales or biases for a group, entry ``i`` on, as floats. */
 static inline __m256 panel_values(const product *p, const void *v, size_t i) {
   return p->half ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)v + i)))

@@ -60,16 +60,22 @@ class InPlaceKVCache(KVCache):
         self._pending = True
         return out
 
-    def write_rows(self, keys: np.ndarray, values: np.ndarray) -> bool:
+    def write_rows(
+        self,
+        keys: np.ndarray,
+        values: np.ndarray,
+        buffers: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> bool:
         """``keys`` and ``values`` [kv_heads, n, d] (float32) written at the offset, straight
-        into the buffer; False, writing nothing, where that cannot be done (no buffer yet, no
-        room, lent, pending, another dtype or layout): ``update_and_fetch`` must."""
+        into the buffer (``buffers``: this cache's own, just taken); False, writing nothing,
+        where that cannot be done (no buffer yet, no room, lent, another dtype or layout):
+        ``update_and_fetch`` must."""
         if self._lent or self.keys is None:
             return False
         n = keys.shape[1]
         if self.offset + n > self.keys.shape[2] or self.keys.dtype != mx.float32:
             return False
-        buffers = self.buffers()
+        buffers = buffers or self.buffers()
         if any(b.shape[0] != 1 or not b.flags.writeable for b in buffers):
             return False
         end = self.offset + n

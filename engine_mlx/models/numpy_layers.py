@@ -158,14 +158,15 @@ class NumpyLayer:
         """Attention over the cache's slots and the new rows, read where they are: the cache
         takes the rows in place (``InPlaceKVCache``), or lazily, evaluated once after the last
         layer (``settle``), not here."""
-        split = cache.offset
+        split, in_place, buffers = cache.offset, isinstance(cache, InPlaceKVCache), None
         if cache.keys is None:
             old_k, old_v = k, v  # nothing below the split
-        elif isinstance(cache, InPlaceKVCache):
-            old_k, old_v = (buffer[0] for buffer in cache.buffers())
         else:
-            old_k, old_v = np.asarray(cache.keys)[0], np.asarray(cache.values)[0]
-        if not (isinstance(cache, InPlaceKVCache) and cache.write_rows(k, v)):
+            buffers = (
+                cache.buffers() if in_place else (np.asarray(cache.keys), np.asarray(cache.values))
+            )
+            old_k, old_v = buffers[0][0], buffers[1][0]
+        if not (in_place and cache.write_rows(k, v, buffers)):
             cache.update_and_fetch(mx.array(k[None]), mx.array(v[None]))
         return exact_attention.kernel().attend(
             q, old_k, old_v, allowed, self.scale, exact_attention.THREADS, new=(k, v, split)

@@ -62,9 +62,8 @@ def _matrix(layer: nn.Module, int8: bool) -> QuantizedMatrix | None:
     arrays = [np.asarray(layer[name]) for name in ("scales", "biases")]
     try:
         return gemm.matrix(
-            packed, *arrays, bits=layer.bits, group=layer.group_size, panels=in_panels,
-            packed_in_panels=in_panels,
-        )  # fmt: skip
+            packed, *arrays, bits=layer.bits, group=layer.group_size, packed_in_panels=in_panels
+        )
     except ValueError:
         return None
 
